@@ -1,0 +1,115 @@
+"""Alembic environment for tenxstore (async template + the cookbook's shared connection).
+
+Run from a checkout (`alembic upgrade head`) it builds its own engine from
+`-x url=`, TENXSTORE_DATABASE_URL or `sqlalchemy.url`. Called by
+`tenxstore.migrate` it uses the connection passed in `config.attributes`, which is
+already inside the write transaction that holds the migration lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from alembic import context
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from tenxstore import _dialect
+from tenxstore.config import check_id_type
+from tenxstore.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+_x = context.get_x_argument(as_dictionary=True)
+
+
+def _setting(key: str, env: str | None = None) -> Any:
+    """A setting from -x, then config.attributes, then the environment."""
+    if key in _x:
+        return _x[key]
+    if key in config.attributes:
+        return config.attributes[key]
+    return os.environ.get(env) if env else None
+
+
+schema: str | None = _setting("schema", "TENXSTORE_SCHEMA") or None
+config.attributes["id_type"] = check_id_type("id_type", _setting("id_type") or "string")
+config.attributes["user_id_type"] = check_id_type(
+    "user_id_type", _setting("user_id_type") or "string"
+)
+
+
+def _lock_and_place(connection: Connection) -> None:
+    """Serialize concurrent migrations and point DDL at the schema (PostgreSQL)."""
+    if connection.dialect.name != "postgresql":
+        return  # SQLite: the caller's BEGIN IMMEDIATE already serializes writers.
+    # Transaction-scoped: released at commit, safe behind PgBouncer transaction pooling.
+    connection.execute(
+        text("SELECT pg_advisory_xact_lock(7305, hashtext(:key))"),
+        {"key": f"tenxstore.migrate:{schema or ''}"},
+    )
+    if schema:
+        quoted = connection.dialect.identifier_preparer.quote_schema(schema)
+        connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {quoted}"))
+        connection.execute(text(f"SET LOCAL search_path TO {quoted}"))
+
+
+def _include_name(name: str | None, type_: str, _parents: Any) -> bool:
+    """Leave Alembic's own table out of autogenerate, wherever the search path finds it."""
+    return not (type_ == "table" and name == "alembic_version")
+
+
+def do_run_migrations(connection: Connection) -> None:
+    """Configure the context on ``connection`` and run the migrations."""
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        version_table_schema=schema,
+        render_as_batch=connection.dialect.name == "sqlite",
+        compare_type=True,
+        include_name=_include_name,
+    )
+    with context.begin_transaction():
+        _lock_and_place(connection)
+        context.run_migrations()
+
+
+async def run_async_migrations() -> None:
+    """Create an engine from the configured URL and migrate in one write transaction."""
+    url = _setting("url", "TENXSTORE_DATABASE_URL") or config.get_main_option("sqlalchemy.url")
+    if not url:
+        raise SystemExit(
+            "no database URL: set TENXSTORE_DATABASE_URL, pass -x url=..., "
+            "or set sqlalchemy.url in alembic.ini"
+        )
+    engine = _dialect.make_engine(url)
+    try:
+        async with engine.connect() as connection:
+            await connection.execution_options(**{_dialect.WRITE_OPTION: True})
+            await connection.run_sync(do_run_migrations)
+            await connection.commit()
+    finally:
+        await engine.dispose()
+
+
+def run_migrations_offline() -> None:
+    """Emit SQL for the configured URL without connecting (`alembic upgrade --sql`)."""
+    url = _setting("url", "TENXSTORE_DATABASE_URL") or config.get_main_option("sqlalchemy.url")
+    context.configure(
+        url=str(_dialect.async_url(url)) if url else None,
+        target_metadata=target_metadata,
+        version_table_schema=schema,
+        literal_binds=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+elif (shared := config.attributes.get("connection")) is not None:
+    do_run_migrations(shared)
+else:
+    asyncio.run(run_async_migrations())

@@ -1,0 +1,35 @@
+"""tenxstore: durable, versioned, per-user persistence for AI-agent threads."""
+
+from .errors import (
+    ConfigError,
+    SerializationError,
+    StaleStateError,
+    TenxStoreError,
+    ThreadOwnershipError,
+    ToolExecutionInProgress,
+    ToolExecutionMismatch,
+    ToolExecutionNotFound,
+)
+from .presets import InMemoryCheckpointer, SqliteCheckpointer
+from .repository import CheckpointRepository
+from .types import AuthPolicy, StateSnapshot, ThreadInfo, ToolExecution
+
+__all__ = [
+    "AuthPolicy",
+    "CheckpointRepository",
+    "ConfigError",
+    "InMemoryCheckpointer",
+    "SerializationError",
+    "SqliteCheckpointer",
+    "StaleStateError",
+    "StateSnapshot",
+    "TenxStoreError",
+    "ThreadInfo",
+    "ThreadOwnershipError",
+    "ToolExecution",
+    "ToolExecutionInProgress",
+    "ToolExecutionMismatch",
+    "ToolExecutionNotFound",
+]
+
+__version__ = "0.1.0"

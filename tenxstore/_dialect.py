@@ -1,0 +1,144 @@
+"""What differs by dialect: URLs, engine arguments, write-transaction begin, upsert.
+
+PostgreSQL (asyncpg):
+    * writers lock the thread row with ``SELECT ... FOR UPDATE``;
+    * single-statement reads run in AUTOCOMMIT, saving the BEGIN/ROLLBACK round trips;
+    * ``schema_translate_map={None: schema}`` places the schema-less tables.
+
+SQLite (aiosqlite):
+    * ``with_for_update()`` is silently dropped by SQLAlchemy's SQLite compiler, so
+      writers take the database write lock up front with ``BEGIN IMMEDIATE``
+      instead; a deferred transaction that later writes would fail with
+      SQLITE_BUSY without waiting on the busy timeout;
+    * the driver's own implicit transaction handling is turned off (SQLAlchemy's
+      documented recipe) so that BEGIN is emitted by us and when we say;
+    * file databases use WAL (readers never block the writer) and a busy timeout;
+    * ``:memory:`` databases live in one connection (``StaticPool``); the
+      repository serializes its transactions on it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from sqlalchemy import Table, event, make_url
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import URL, Connection
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import StaticPool
+from sqlalchemy.sql.dml import Insert
+
+from .errors import ConfigError
+
+__all__ = [
+    "WRITE_OPTION",
+    "DialectName",
+    "async_url",
+    "dialect_of",
+    "insert_ignore",
+    "is_memory",
+    "make_engine",
+    "prepare_engine",
+    "read_options",
+]
+
+DialectName = Literal["postgresql", "sqlite"]
+WRITE_OPTION = "tenxstore_write"
+SQLITE_BUSY_TIMEOUT_S = 30.0
+_PREPARED = "_tenxstore_prepared"
+
+
+def async_url(url: str | URL) -> URL:
+    """Return ``url`` with the async driver of its dialect.
+
+    Raises:
+        ConfigError: The URL is not PostgreSQL or SQLite.
+    """
+    try:
+        parsed = make_url(url)
+    except Exception as exc:  # sqlalchemy raises ArgumentError; any parse failure is bad input
+        raise ConfigError(f"not a database URL: {url!r}") from exc
+    backend = parsed.get_backend_name()
+    if backend in ("postgresql", "postgres"):
+        return parsed.set(drivername="postgresql+asyncpg")
+    if backend == "sqlite":
+        return parsed.set(drivername="sqlite+aiosqlite")
+    raise ConfigError(f"unsupported database {backend!r}: use postgresql:// or sqlite://")
+
+
+def dialect_of(engine: AsyncEngine) -> DialectName:
+    """The dialect of an engine, refusing the ones tenxstore does not support."""
+    name = engine.dialect.name
+    if name not in ("postgresql", "sqlite"):
+        raise ConfigError(f"unsupported database {name!r}: use PostgreSQL or SQLite")
+    if name == "postgresql" and engine.dialect.driver != "asyncpg":
+        raise ConfigError(f"PostgreSQL needs the asyncpg driver, not {engine.dialect.driver!r}")
+    return name  # type: ignore[return-value]  # narrowed by the test above
+
+
+def is_memory(url: URL) -> bool:
+    """Whether a SQLite URL names an in-memory database."""
+    database = url.database or ""
+    return database in ("", ":memory:") or "mode=memory" in database
+
+
+def make_engine(url: str | URL, options: dict[str, Any] | None = None) -> AsyncEngine:
+    """Create an engine for ``url`` with tenxstore's defaults, overridable by ``options``."""
+    parsed = async_url(url)
+    kwargs: dict[str, Any] = {}
+    if parsed.get_backend_name() == "sqlite":
+        if is_memory(parsed):
+            kwargs["poolclass"] = StaticPool
+            kwargs["connect_args"] = {"check_same_thread": False}
+        kwargs["connect_args"] = {
+            **kwargs.get("connect_args", {}),
+            "timeout": SQLITE_BUSY_TIMEOUT_S,
+        }
+    else:
+        kwargs.update(pool_size=10, max_overflow=10, pool_recycle=1800)
+    kwargs.update(options or {})
+    engine = create_async_engine(parsed, **kwargs)
+    prepare_engine(engine)
+    return engine
+
+
+def prepare_engine(engine: AsyncEngine) -> None:
+    """Install the SQLite transaction and pragma hooks (once per engine)."""
+    if engine.dialect.name != "sqlite" or getattr(engine.sync_engine, _PREPARED, False):
+        return
+    memory = is_memory(engine.url)
+    setattr(engine.sync_engine, _PREPARED, True)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Hand transaction control to SQLAlchemy's begin event below.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+            if not memory:
+                cursor.execute("PRAGMA journal_mode=WAL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        immediate = conn.get_execution_options().get(WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def insert_ignore(dialect: DialectName, table: Table, *conflict: str) -> Insert:
+    """``INSERT ... ON CONFLICT (conflict) DO NOTHING`` for ``dialect``."""
+    if dialect == "postgresql":
+        return pg_insert(table).on_conflict_do_nothing(index_elements=list(conflict))
+    return sqlite_insert(table).on_conflict_do_nothing(index_elements=list(conflict))
+
+
+def read_options(dialect: DialectName) -> dict[str, Any]:
+    """Execution options for a connection that runs one read statement."""
+    # PostgreSQL: no BEGIN/ROLLBACK round trips around a single SELECT.
+    # SQLite: keep the default; switching its isolation level re-enables the driver's
+    # implicit transactions when the connection returns to the pool.
+    return {"isolation_level": "AUTOCOMMIT"} if dialect == "postgresql" else {}

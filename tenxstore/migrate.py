@@ -1,0 +1,93 @@
+"""Running the Alembic migrations programmatically, from a checkout or a wheel.
+
+The wheel ships the repository's ``alembic/`` directory as ``tenxstore/_alembic``
+(hatchling ``force-include``); a checkout uses ``alembic/`` beside the package.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import inspect
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from . import _dialect
+from .config import IdType
+from .errors import ConfigError
+
+__all__ = ["alembic_config", "script_location", "upgrade"]
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def script_location() -> Path:
+    """The directory holding ``env.py`` and ``versions/``."""
+    for candidate in (_PACKAGE / "_alembic", _PACKAGE.parent / "alembic"):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise RuntimeError("tenxstore's migration scripts are missing from this installation")
+
+
+def alembic_config(**attributes: Any) -> Config:
+    """An Alembic ``Config`` pointing at tenxstore's scripts, with ``attributes`` set."""
+    config = Config()
+    config.set_main_option("script_location", str(script_location()))
+    config.attributes.update(attributes)
+    return config
+
+
+def _id_kind(column_type: Any) -> IdType:
+    name = type(column_type).__name__.upper()
+    if "BIGINT" in name:
+        return "bigint"
+    if "INT" in name:
+        return "int"
+    return "string"
+
+
+def _upgrade_sync(
+    connection: Connection,
+    schema: str | None,
+    id_type: IdType,
+    user_id_type: IdType,
+    revision: str,
+) -> None:
+    config = alembic_config(
+        connection=connection, schema=schema, id_type=id_type, user_id_type=user_id_type
+    )
+    command.upgrade(config, revision)
+    columns = {c["name"]: c["type"] for c in inspect(connection).get_columns("threads", schema)}
+    found = (_id_kind(columns["thread_id"]), _id_kind(columns["user_id"]))
+    if found != (id_type, user_id_type):
+        raise ConfigError(
+            f"the schema was created with id_type={found[0]!r}, user_id_type={found[1]!r}; "
+            f"this checkpointer asks for id_type={id_type!r}, user_id_type={user_id_type!r}"
+        )
+
+
+async def upgrade(
+    engine: AsyncEngine,
+    *,
+    schema: str | None = None,
+    id_type: IdType = "string",
+    user_id_type: IdType = "string",
+    revision: str = "head",
+) -> None:
+    """Migrate the database behind ``engine`` to ``revision`` in one locked transaction.
+
+    Concurrent callers are serialized: on PostgreSQL by a transaction-scoped advisory
+    lock taken in ``env.py``, on SQLite by ``BEGIN IMMEDIATE``.
+
+    Raises:
+        ConfigError: The schema exists with other id column types.
+    """
+    async with engine.connect() as connection:
+        await connection.execution_options(**{_dialect.WRITE_OPTION: True})
+        async with connection.begin():
+            await connection.run_sync(
+                _upgrade_sync, schema, id_type, user_id_type, revision
+            )

@@ -1,0 +1,172 @@
+"""Declarative models of the four tables.
+
+The annotations are the schema for the default id types (``"string"``). Thread and
+user ids may instead be ``int`` or ``bigint`` columns (``id_type`` /
+``user_id_type``); :func:`tables_for` gives the same tables with those column
+types, and the initial migration creates them accordingly.
+
+Payload columns (``state_data``, ``payload``, ``metadata``, ``args``...) are TEXT
+holding JSON written by :mod:`tenxstore.serde`, not JSONB: JSONB rejects
+``\\u0000`` and integers it cannot hold exactly, and every JSON value must
+round-trip.
+
+Tables carry no schema; at run time the engine's ``schema_translate_map`` places
+them, and migrations do the same.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeEngine
+
+from .config import IdType
+
+__all__ = [
+    "NAMING_CONVENTION",
+    "Base",
+    "MessageRow",
+    "StateRow",
+    "Tables",
+    "ThreadRow",
+    "ToolExecutionRow",
+    "id_sql_type",
+    "tables_for",
+]
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# A surrogate key that autoincrements everywhere: SQLite only does so for INTEGER.
+SurrogateKey = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def id_sql_type(id_type: IdType) -> TypeEngine[Any]:
+    """The column type of a thread or user id of the given kind."""
+    if id_type == "int":
+        return Integer()
+    if id_type == "bigint":
+        return BigInteger()
+    return String(255)
+
+
+class Base(DeclarativeBase):
+    """Declarative base: naming convention (needed by SQLite batch migrations)."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: DateTime(timezone=True), str: Text()}
+
+
+class ThreadRow(Base):
+    """One conversation: its owner, record and head version."""
+
+    __tablename__ = "threads"
+
+    thread_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    user_id: Mapped[str | None] = mapped_column(String(255))
+    name: Mapped[str | None]
+    # JSON text; "metadata" is reserved on declarative classes, hence the attribute name.
+    thread_metadata: Mapped[str | None] = mapped_column("metadata")
+    # The head version: the compare-and-swap target of every state write.
+    version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_threads_user_id_updated_at", "user_id", "updated_at"),)
+
+
+class StateRow(Base):
+    """One retained version of a thread's state."""
+
+    __tablename__ = "states"
+
+    state_id: Mapped[int] = mapped_column(SurrogateKey, primary_key=True, autoincrement=True)
+    thread_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("threads.thread_id", ondelete="CASCADE")
+    )
+    version: Mapped[int] = mapped_column(BigInteger)
+    state_data: Mapped[str]
+    meta: Mapped[str | None]
+    created_at: Mapped[datetime]
+
+    __table_args__ = (UniqueConstraint("thread_id", "version"),)
+
+
+class MessageRow(Base):
+    """One message of a thread; ``seq`` orders a thread's messages by insertion."""
+
+    __tablename__ = "messages"
+
+    seq: Mapped[int] = mapped_column(SurrogateKey, primary_key=True, autoincrement=True)
+    thread_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("threads.thread_id", ondelete="CASCADE")
+    )
+    message_id: Mapped[str] = mapped_column(String(255))
+    role: Mapped[str | None]
+    payload: Mapped[str]
+    created_at: Mapped[datetime]
+
+    __table_args__ = (UniqueConstraint("thread_id", "message_id"),)
+
+
+class ToolExecutionRow(Base):
+    """The ledger entry of one tool call."""
+
+    __tablename__ = "tool_executions"
+
+    thread_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("threads.thread_id", ondelete="CASCADE"), primary_key=True
+    )
+    tool_call_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    tool_name: Mapped[str]
+    args: Mapped[str]
+    status: Mapped[str] = mapped_column(String(16))
+    result: Mapped[str | None]
+    error: Mapped[str | None]
+    attempts: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    lease_expires_at: Mapped[datetime | None]
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+
+
+class Tables(NamedTuple):
+    """The four tables, with the column types of one id configuration."""
+
+    threads: Table
+    states: Table
+    messages: Table
+    tool_executions: Table
+
+
+def tables_for(id_type: IdType = "string", user_id_type: IdType = "string") -> Tables:
+    """The tables with thread and user id columns of the given types."""
+    if id_type == "string" and user_id_type == "string":
+        metadata = Base.metadata
+    else:
+        metadata = MetaData(naming_convention=NAMING_CONVENTION)
+        for table in Base.metadata.sorted_tables:
+            copy = table.to_metadata(metadata)
+            copy.c.thread_id.type = id_sql_type(id_type)
+            if "user_id" in copy.c:
+                copy.c.user_id.type = id_sql_type(user_id_type)
+    t = metadata.tables
+    return Tables(t["threads"], t["states"], t["messages"], t["tool_executions"])

@@ -1,0 +1,617 @@
+"""CheckpointRepository: the only module that builds SQL.
+
+Every public method validates its input first (``ConfigError`` /
+``SerializationError`` before any I/O), then runs ONE transaction and hands the
+connection to helpers that never begin, commit or roll back. Statements are
+SQLAlchemy Core on the declarative tables of :mod:`tenxstore.models`; rows never
+leave this module, callers get the frozen values of :mod:`tenxstore.types`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager, nullcontext
+from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar
+
+from sqlalchemy import URL, ColumnElement, and_, delete, insert, select, update
+from sqlalchemy.engine import Row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from . import _dialect, migrate
+from .config import (
+    IdType,
+    RunIds,
+    check_id,
+    check_id_type,
+    read_config,
+    recorded_version,
+    set_recorded_version,
+)
+from .errors import (
+    ConfigError,
+    SerializationError,
+    StaleStateError,
+    ThreadOwnershipError,
+    ToolExecutionInProgress,
+    ToolExecutionMismatch,
+    ToolExecutionNotFound,
+)
+from .models import tables_for
+from .serde import decode, encode, encode_state
+from .types import StateSnapshot, ThreadInfo, ToolExecution
+
+__all__ = ["CheckpointRepository"]
+
+T = TypeVar("T")
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes; every stored time is UTC."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=timezone.utc)
+
+
+def _check_limit(name: str, value: object, *, allow_none: bool = True) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{name} must be a non-negative int, not {value!r}")
+    return value
+
+
+def _check_positive_number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{name} must be a positive number, not {value!r}")
+    return float(value)
+
+
+def _message_id(value: object) -> str:
+    try:
+        result: str = check_id("message id", value)
+    except ConfigError as exc:
+        raise SerializationError(str(exc)) from None
+    return result
+
+
+class CheckpointRepository:
+    """Durable, versioned thread storage on PostgreSQL (asyncpg) or SQLite (aiosqlite).
+
+    Args:
+        url_or_engine: A database URL (``postgresql://``, ``sqlite:///path``, with or
+            without the async driver) or an ``AsyncEngine`` the caller owns.
+        schema: PostgreSQL schema holding the tables; ``None`` is the default schema.
+        state_history_limit: State versions retained per thread (at least 1).
+        enforce_user_isolation: Scope every call to ``config["user_id"]``.
+        id_type: Column type of ``thread_id``: ``"string"``, ``"int"`` or ``"bigint"``.
+        user_id_type: Column type of ``user_id``, likewise.
+        engine_options: Keyword arguments for ``create_async_engine`` (pool size...).
+        tool_lease_seconds: How long a tool-call claim is held before another worker
+            may take it over.
+
+    Raises:
+        ConfigError: An argument is invalid (a ``ValueError``).
+    """
+
+    def __init__(
+        self,
+        url_or_engine: str | URL | AsyncEngine,
+        *,
+        schema: str | None = None,
+        state_history_limit: int = 20,
+        enforce_user_isolation: bool = True,
+        id_type: str = "string",
+        user_id_type: str = "string",
+        engine_options: dict[str, Any] | None = None,
+        tool_lease_seconds: float = 900,
+    ) -> None:
+        if isinstance(state_history_limit, bool) or not isinstance(state_history_limit, int):
+            raise ConfigError(f"state_history_limit must be an int, not {state_history_limit!r}")
+        if state_history_limit < 1:
+            raise ConfigError(f"state_history_limit must be at least 1, not {state_history_limit}")
+        if not isinstance(enforce_user_isolation, bool):
+            raise ConfigError("enforce_user_isolation must be a bool")
+        self._id_type: IdType = check_id_type("id_type", id_type)
+        self._user_id_type: IdType = check_id_type("user_id_type", user_id_type)
+        self._lease = timedelta(
+            seconds=_check_positive_number("tool_lease_seconds", tool_lease_seconds)
+        )
+        if schema is not None and (not isinstance(schema, str) or not schema):
+            raise ConfigError(f"schema must be a non-empty str, not {schema!r}")
+        if engine_options is not None and not isinstance(engine_options, dict):
+            raise ConfigError("engine_options must be a dict")
+
+        if isinstance(url_or_engine, AsyncEngine):
+            if engine_options:
+                raise ConfigError("engine_options apply only to engines tenxstore creates")
+            engine, self._owns_engine = url_or_engine, False
+            _dialect.prepare_engine(engine)
+        elif isinstance(url_or_engine, (str, URL)):
+            engine, self._owns_engine = _dialect.make_engine(url_or_engine, engine_options), True
+        else:
+            raise ConfigError(
+                f"url_or_engine must be a URL or an AsyncEngine, not {type(url_or_engine).__name__}"
+            )
+        self._dialect = _dialect.dialect_of(engine)
+        if schema is not None and self._dialect == "sqlite":
+            raise ConfigError("schema= is a PostgreSQL option; SQLite has no schemas")
+        self._base_engine = engine
+        self._engine = (
+            engine.execution_options(schema_translate_map={None: schema}) if schema else engine
+        )
+        self.schema = schema
+        self.state_history_limit = state_history_limit
+        self.enforce_user_isolation = enforce_user_isolation
+        self.tool_lease_seconds = self._lease.total_seconds()
+        self._t = tables_for(self._id_type, self._user_id_type)
+        # An in-memory SQLite database is one connection: its transactions take turns.
+        self._memory = self._dialect == "sqlite" and _dialect.is_memory(engine.url)
+        self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._set_up = False
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine, with the schema translation applied."""
+        return self._engine
+
+    @property
+    def dialect(self) -> str:
+        """``"postgresql"`` or ``"sqlite"``."""
+        return self._dialect
+
+    async def asetup(self) -> None:
+        """Migrate the schema to head (creating the PostgreSQL schema when absent).
+
+        Idempotent, and safe when many processes call it at once.
+
+        Raises:
+            ConfigError: The schema was created with other ``id_type`` /
+                ``user_id_type`` values.
+        """
+        async with self._turn():
+            await migrate.upgrade(
+                self._engine,
+                schema=self.schema,
+                id_type=self._id_type,
+                user_id_type=self._user_id_type,
+            )
+        self._set_up = True
+
+    def setup(self) -> None:
+        """Synchronous :meth:`asetup`; works with or without a running event loop."""
+
+        async def run() -> None:
+            try:
+                await self.asetup()
+            finally:
+                if not self._memory:
+                    # Connections belong to this temporary loop: close them here.
+                    await self._base_engine.dispose()
+                self._loop = None
+
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            asyncio.run(run())
+            return
+        # Called from async code: run on a private loop in a worker thread.
+        outcome: list[BaseException] = []
+
+        def worker() -> None:
+            try:
+                asyncio.run(run())
+            except BaseException as exc:  # re-raised in the caller's thread
+                outcome.append(exc)
+
+        import threading
+
+        thread = threading.Thread(target=worker, name="tenxstore-setup")
+        thread.start()
+        thread.join()
+        if outcome:
+            raise outcome[0]
+
+    async def aclose(self) -> None:
+        """Close the connection pool if this repository created it."""
+        if self._owns_engine:
+            await self._base_engine.dispose()
+
+    async def __aenter__(self) -> CheckpointRepository:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- transactions ------------------------------------------------------------
+
+    def _turn(self) -> Any:
+        """Serialize transactions on a single-connection (in-memory) database."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            if self._loop is not None and not self._memory and self._owns_engine:
+                # Pooled asyncpg connections are bound to the loop that opened them.
+                self._base_engine.sync_engine.dispose(close=False)
+            self._loop = loop
+        if not self._memory:
+            return nullcontext()
+        lock = self._turns.get(loop)
+        if lock is None:
+            lock = self._turns[loop] = asyncio.Lock()
+        return lock
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[AsyncConnection]:
+        """One write transaction (PostgreSQL: row locks follow; SQLite: BEGIN IMMEDIATE)."""
+        async with self._turn(), self._engine.connect() as conn:
+            if self._dialect == "sqlite":
+                await conn.execution_options(**{_dialect.WRITE_OPTION: True})
+            async with conn.begin():
+                yield conn
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for reads; PostgreSQL runs them in autocommit."""
+        async with self._turn(), self._engine.connect() as conn:
+            options = _dialect.read_options(self._dialect)
+            if options:
+                await conn.execution_options(**options)
+            yield conn
+
+    # -- helpers -----------------------------------------------------------------
+
+    def _ids(self, config: object, *, need_thread: bool = True) -> RunIds:
+        return read_config(
+            config,
+            isolation=self.enforce_user_isolation,
+            id_type=self._id_type,
+            user_id_type=self._user_id_type,
+            need_thread=need_thread,
+        )
+
+    @staticmethod
+    def _now() -> datetime:
+        return datetime.now(timezone.utc)
+
+    def _owned(self, ids: RunIds) -> ColumnElement[bool]:
+        """The thread row of this call, scoped to its owner when isolation applies."""
+        t = self._t.threads
+        if ids.isolated:
+            return and_(t.c.thread_id == ids.thread_id, t.c.user_id == ids.user_id)
+        return t.c.thread_id == ids.thread_id
+
+    def _visible_thread(self, ids: RunIds) -> Any:
+        """A subquery of the call's thread id, empty when the caller may not see it."""
+        return select(self._t.threads.c.thread_id).where(self._owned(ids)).scalar_subquery()
+
+    async def _lock_thread(self, conn: AsyncConnection, ids: RunIds, now: datetime) -> int:
+        """Create the thread if absent, lock its row, check the owner; return its version."""
+        t = self._t.threads
+        locked = select(t.c.user_id, t.c.version).where(t.c.thread_id == ids.thread_id)
+        locked = locked.with_for_update()  # dropped on SQLite, where BEGIN IMMEDIATE serializes
+        row = (await conn.execute(locked)).first()
+        if row is None:
+            await conn.execute(
+                _dialect.insert_ignore(self._dialect, t, "thread_id").values(
+                    thread_id=ids.thread_id,
+                    user_id=ids.user_id,
+                    version=0,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            row = (await conn.execute(locked)).one()
+        if ids.isolated and row.user_id != ids.user_id:
+            raise ThreadOwnershipError(ids.thread_id, ids.user_id)
+        version: int = row.version
+        return version
+
+    @staticmethod
+    def _encode_messages(
+        messages: Iterable[Any],
+    ) -> tuple[list[tuple[dict[str, Any], str | None, str, str]], list[dict[str, Any]]]:
+        """Validate and encode messages; nothing is touched until all of them pass."""
+        if isinstance(messages, (str, bytes, Mapping)):
+            raise SerializationError("messages must be a sequence of dicts")
+        encoded: list[tuple[dict[str, Any], str | None, str, str]] = []
+        seen: set[str] = set()
+        rows: list[dict[str, Any]] = []
+        for i, message in enumerate(messages):
+            if not isinstance(message, dict):
+                raise SerializationError(
+                    f"messages[{i}] must be a dict, not {type(message).__name__}"
+                )
+            given = message.get("id")
+            mid = uuid.uuid4().hex if given is None else _message_id(given)
+            payload = encode(message if given is not None else {**message, "id": mid}, "message")
+            role = message.get("role")
+            encoded.append((message, None if given is not None else mid, mid, payload))
+            if mid not in seen:  # the first content of an id is the one kept
+                seen.add(mid)
+                rows.append(
+                    {"message_id": mid, "role": role if isinstance(role, str) else None,
+                     "payload": payload}
+                )
+        return encoded, rows
+
+    # -- state -------------------------------------------------------------------
+
+    async def aput_checkpoint(
+        self,
+        config: dict[str, Any],
+        state: dict[str, Any],
+        messages: Iterable[dict[str, Any]] = (),
+        *,
+        meta: dict[str, Any] | None = None,
+    ) -> int:
+        """Durably write a new state version and the messages not yet stored.
+
+        One transaction: create the thread if absent, lock it, check its owner,
+        compare the version the run recorded (if any) with the head version, insert
+        the state at the next version, insert new messages (deduplicated by ``id``;
+        a message without one gets one, written back into its dict), prune states
+        beyond ``state_history_limit``, commit.
+
+        Args:
+            config: The run config; its recorded version is updated.
+            state: A JSON object.
+            messages: Dicts; each is stored once per ``id``, first content wins.
+            meta: Optional JSON object stored beside the state (``StateSnapshot.meta``).
+
+        Returns:
+            The new version.
+
+        Raises:
+            StaleStateError: Another run committed since this run read the thread.
+            ThreadOwnershipError: The thread belongs to another user.
+            SerializationError: Something cannot be stored; nothing was written.
+            ConfigError: The config is invalid.
+        """
+        ids = self._ids(config)
+        expected = recorded_version(config)
+        payload = encode_state(state)
+        meta_text = None if meta is None else self._encode_object(meta, "meta")
+        encoded, message_rows = self._encode_messages(messages)
+        for message, assigned, _mid, _payload in encoded:
+            if assigned is not None:
+                message["id"] = assigned
+        now = self._now()
+        t, s = self._t.threads, self._t.states
+        async with self._write() as conn:
+            head = await self._lock_thread(conn, ids, now)
+            if expected is not None and expected != head:
+                raise StaleStateError(ids.thread_id, expected, head)
+            version = head + 1
+            await conn.execute(
+                insert(s).values(
+                    thread_id=ids.thread_id,
+                    version=version,
+                    state_data=payload,
+                    meta=meta_text,
+                    created_at=now,
+                )
+            )
+            if message_rows:
+                stmt = _dialect.insert_ignore(
+                    self._dialect, self._t.messages, "thread_id", "message_id"
+                )
+                await conn.execute(
+                    stmt,
+                    [{**row, "thread_id": ids.thread_id, "created_at": now} for row in message_rows],
+                )
+            await conn.execute(
+                update(t)
+                .where(t.c.thread_id == ids.thread_id)
+                .values(version=version, updated_at=now)
+            )
+            if version > self.state_history_limit:
+                await conn.execute(
+                    delete(s).where(
+                        s.c.thread_id == ids.thread_id,
+                        s.c.version <= version - self.state_history_limit,
+                    )
+                )
+        set_recorded_version(config, version)
+        return version
+
+    async def aput_state(
+        self, config: dict[str, Any], state: dict[str, Any], *, meta: dict[str, Any] | None = None
+    ) -> int:
+        """:meth:`aput_checkpoint` without messages."""
+        return await self.aput_checkpoint(config, state, (), meta=meta)
+
+    async def aget_state(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """The latest durable state, or None; records its version (0 when none) in config."""
+        ids = self._ids(config)
+        t, s = self._t.threads, self._t.states
+        stmt = (
+            select(t.c.version, s.c.state_data)
+            .select_from(
+                t.outerjoin(s, and_(s.c.thread_id == t.c.thread_id, s.c.version == t.c.version))
+            )
+            .where(self._owned(ids))
+        )
+        async with self._read() as conn:
+            row = (await conn.execute(stmt)).first()
+        if row is None or row.state_data is None:
+            set_recorded_version(config, 0 if row is None else row.version)
+            return None
+        set_recorded_version(config, row.version)
+        state: dict[str, Any] = decode(row.state_data)
+        return state
+
+    async def aget_state_cache(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """Without a cache this is :meth:`aget_state`."""
+        return await self.aget_state(config)
+
+    async def aput_state_cache(
+        self, config: dict[str, Any], state: dict[str, Any], version: int
+    ) -> bool:
+        """There is no cache here: validates the arguments and returns False."""
+        self._ids(config)
+        encode_state(state)
+        _check_limit("version", version, allow_none=False)
+        return False
+
+    async def alist_states(
+        self, config: dict[str, Any], limit: int | None = None
+    ) -> list[StateSnapshot]:
+        """The retained state versions, newest first."""
+        ids = self._ids(config)
+        limit = _check_limit("limit", limit)
+        s = self._t.states
+        stmt = (
+            select(s.c.version, s.c.state_data, s.c.meta, s.c.created_at)
+            .where(s.c.thread_id == self._visible_thread(ids))
+            .order_by(s.c.version.desc())
+            .limit(limit)
+        )
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [
+            StateSnapshot(
+                version=row.version,
+                state=decode(row.state_data),
+                meta={} if row.meta is None else decode(row.meta),
+                created_at=_utc(row.created_at),  # type: ignore[arg-type]  # never NULL
+            )
+            for row in rows
+        ]
+
+    async def aget_messages(
+        self, config: dict[str, Any], limit: int | None = None, after_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Messages in insertion order.
+
+        Args:
+            config: The run config.
+            limit: Keep the first ``limit`` messages of the range.
+            after_id: Start after the message with this id (an unknown id gives ``[]``).
+        """
+        ids = self._ids(config)
+        limit = _check_limit("limit", limit)
+        m = self._t.messages
+        stmt = select(m.c.payload).where(m.c.thread_id == self._visible_thread(ids))
+        if after_id is not None:
+            after = (
+                select(m.c.seq)
+                .where(m.c.thread_id == ids.thread_id, m.c.message_id == _message_id(after_id))
+                .scalar_subquery()
+            )
+            stmt = stmt.where(m.c.seq > after)
+        stmt = stmt.order_by(m.c.seq).limit(limit)
+        async with self._read() as conn:
+            payloads = (await conn.execute(stmt)).scalars().all()
+        return [decode(p) for p in payloads]
+
+    # -- threads -----------------------------------------------------------------
+
+    @staticmethod
+    def _encode_object(value: object, what: str) -> str:
+        if not isinstance(value, dict):
+            raise SerializationError(f"{what} must be a dict, not {type(value).__name__}")
+        return encode(value, what)
+
+    def _thread_info(self, row: Row[Any]) -> ThreadInfo:
+        return ThreadInfo(
+            thread_id=row.thread_id,
+            user_id=row.user_id,
+            name=None if row.name is None else decode(row.name),
+            metadata={} if row.metadata is None else decode(row.metadata),
+            created_at=_utc(row.created_at),
+            updated_at=_utc(row.updated_at),
+            version=row.version,
+        )
+
+    async def aput_thread(
+        self,
+        config: dict[str, Any],
+        name: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> ThreadInfo:
+        """Create or update the thread record; ``None`` leaves a field as it is.
+
+        Never changes the state version.
+        """
+        ids = self._ids(config)
+        values: dict[str, Any] = {}
+        if name is not None:
+            if not isinstance(name, str):
+                raise SerializationError(f"name must be a str, not {type(name).__name__}")
+            values["name"] = encode(name, "name")
+        if metadata is not None:
+            values["metadata"] = self._encode_object(metadata, "metadata")
+        now = self._now()
+        t = self._t.threads
+        async with self._write() as conn:
+            await self._lock_thread(conn, ids, now)
+            row = (
+                await conn.execute(
+                    update(t)
+                    .where(t.c.thread_id == ids.thread_id)
+                    .values(updated_at=now, **values)
+                    .returning(*t.c)
+                )
+            ).one()
+        return self._thread_info(row)
+
+    async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
+        """The thread record, or None (also when another user owns it)."""
+        ids = self._ids(config)
+        t = self._t.threads
+        async with self._read() as conn:
+            row = (await conn.execute(select(*t.c).where(self._owned(ids)))).first()
+        return None if row is None else self._thread_info(row)
+
+    async def alist_threads(
+        self, config: dict[str, Any], limit: int = 50, offset: int = 0
+    ) -> list[ThreadInfo]:
+        """The caller's threads, most recently updated first (all when isolation is off)."""
+        ids = self._ids(config, need_thread=False)
+        limit = _check_limit("limit", limit, allow_none=False)
+        offset = _check_limit("offset", offset, allow_none=False)
+        t = self._t.threads
+        stmt = select(*t.c)
+        if ids.isolated:
+            stmt = stmt.where(t.c.user_id == ids.user_id)
+        stmt = (
+            stmt.order_by(t.c.updated_at.desc(), t.c.thread_id.desc()).limit(limit).offset(offset)
+        )
+        async with self._read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [self._thread_info(row) for row in rows]
+
+    async def aclean_thread(self, config: dict[str, Any]) -> bool:
+        """Delete the thread with its states, messages and tool executions.
+
+        Returns:
+            False when there was no such thread.
+
+        Raises:
+            ThreadOwnershipError: Another user owns the thread.
+        """
+        ids = self._ids(config)
+        t = self._t.threads
+        async with self._write() as conn:
+            row = (
+                await conn.execute(
+                    select(t.c.user_id).where(t.c.thread_id == ids.thread_id).with_for_update()
+                )
+            ).first()
+            if row is None:
+                return False
+            if ids.isolated and row.user_id != ids.user_id:
+                raise ThreadOwnershipError(ids.thread_id, ids.user_id)
+            # Children first and explicitly: no reliance on ON DELETE CASCADE being enforced.
+            for child in (self._t.states, self._t.messages, self._t.tool_executions):
+                await conn.execute(delete(child).where(child.c.thread_id == ids.thread_id))
+            await conn.execute(delete(t).where(t.c.thread_id == ids.thread_id))
+        return True

@@ -1,0 +1,108 @@
+"""Encoding and decoding of states, messages, tool arguments and results.
+
+Payloads are stored as JSON text. orjson encodes the common case; the few values
+it cannot represent exactly — integers beyond 64 bits and non-finite floats, which
+orjson would reject or silently turn into ``null`` — are encoded by the standard
+library instead, and such text is marked by one leading space. A leading space is
+insignificant JSON whitespace, so the column still holds JSON, yet orjson never
+writes one: decoding reads the mark and picks the parser that round-trips exactly.
+
+U+0000 is written as the escape ``\\u0000`` by both encoders, which is why the
+columns are ``TEXT`` and not PostgreSQL ``JSONB`` (JSONB rejects that escape).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import orjson
+
+from .errors import SerializationError
+
+__all__ = ["RESERVED_KEY", "decode", "encode", "encode_state"]
+
+RESERVED_KEY = "__checkpoint_version__"
+_STDLIB_MARK = " "
+_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _check_tree(value: Any, path: str) -> bool:
+    """Walk ``value``; raise SerializationError where it is not JSON.
+
+    Returns True when it holds a non-finite float (which orjson turns into null).
+    """
+    nonfinite = False
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise SerializationError(f"{where}: string is not valid Unicode ({exc})") from exc
+        elif item is None or isinstance(item, (bool, int)):
+            continue
+        elif isinstance(item, float):
+            nonfinite = nonfinite or not math.isfinite(item)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise SerializationError(
+                        f"{where}: key {key!r} is a {type(key).__name__}; JSON keys are str"
+                    )
+                stack.append((key, f"{where}[{key!r}]"))
+                stack.append((child, f"{where}[{key!r}]"))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+        else:
+            raise SerializationError(f"{where}: {type(item).__name__} is not JSON serializable")
+    return nonfinite
+
+
+def _stdlib_encode(value: Any, what: str) -> str:
+    _check_tree(value, what)
+    try:
+        return _STDLIB_MARK + json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise SerializationError(f"{what}: {exc}") from exc
+
+
+def encode(value: Any, what: str = "value") -> str:
+    """Encode any JSON value to text that :func:`decode` turns back into an equal value.
+
+    Raises:
+        SerializationError: ``value`` is not JSON (an object, a set, a non-str key,
+            an unpaired surrogate...).
+    """
+    try:
+        out = orjson.dumps(value, default=_refuse, option=_ORJSON_OPTIONS)
+    except (orjson.JSONEncodeError, RecursionError):
+        return _stdlib_encode(value, what)
+    # orjson writes NaN and infinities as null: only then is a walk needed.
+    if b"null" in out and _check_tree(value, what):
+        return _stdlib_encode(value, what)
+    return out.decode()
+
+
+def encode_state(state: Any) -> str:
+    """Encode a state: a ``dict`` that does not use the reserved key."""
+    if not isinstance(state, dict):
+        raise SerializationError(f"a state must be a dict, not {type(state).__name__}")
+    if RESERVED_KEY in state:
+        raise SerializationError(f"the top-level key {RESERVED_KEY!r} is reserved")
+    return encode(state, "state")
+
+
+def decode(text: str | bytes) -> Any:
+    """Decode text written by :func:`encode`."""
+    if isinstance(text, bytes):
+        text = text.decode()
+    if text[:1] == _STDLIB_MARK:
+        return json.loads(text)
+    return orjson.loads(text)
