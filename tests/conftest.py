@@ -1,0 +1,107 @@
+"""Shared fixtures: one contract suite, every backend, real services."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+import tenxstore
+from tests import services
+
+SQL_BACKENDS = ["sqlite", "postgresql"]
+BACKENDS = ["memory", *SQL_BACKENDS]
+
+
+@dataclass
+class Backend:
+    """One database for one test, and a factory of checkpointers on it."""
+
+    name: str
+    url: str | None = None
+    schema: str | None = None
+    made: list[Any] = field(default_factory=list)
+
+    async def make(self, **options: Any) -> tenxstore.CheckpointRepository:
+        """A set-up repository on this test's database (memory: a new database)."""
+        if self.name == "memory":
+            cp: tenxstore.CheckpointRepository = tenxstore.InMemoryCheckpointer(**options)
+        else:
+            assert self.url is not None
+            cp = tenxstore.CheckpointRepository(self.url, schema=self.schema, **options)
+        self.made.append(cp)
+        await cp.asetup()
+        return cp
+
+    async def close(self) -> None:
+        for cp in self.made:
+            await cp.aclose()
+
+
+async def drop_schema(url: str, schema: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
+def new_schema() -> str:
+    return f"t_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def pg_url() -> str:
+    return services.pg_url()
+
+
+@pytest.fixture
+async def pg_schema(pg_url: str) -> AsyncIterator[str]:
+    """A fresh PostgreSQL schema name, dropped after the test."""
+    schema = new_schema()
+    yield schema
+    await drop_schema(pg_url, schema)
+
+
+async def _backend(name: str, tmp_path: Path) -> AsyncIterator[Backend]:
+    if name == "memory":
+        backend = Backend(name)
+    elif name == "sqlite":
+        backend = Backend(name, url=f"sqlite:///{tmp_path / 'store.db'}")
+    else:
+        backend = Backend(name, url=services.pg_url(), schema=new_schema())
+    try:
+        yield backend
+    finally:
+        await backend.close()
+        if backend.name == "postgresql":
+            assert backend.url and backend.schema
+            await drop_schema(backend.url, backend.schema)
+
+
+@pytest.fixture(params=BACKENDS)
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    """Every backend: in-memory, SQLite file, PostgreSQL."""
+    async for b in _backend(request.param, tmp_path):
+        yield b
+
+
+@pytest.fixture(params=SQL_BACKENDS)
+async def sql_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    """The backends that other processes and instances can share: SQLite file, PostgreSQL."""
+    async for b in _backend(request.param, tmp_path):
+        yield b
+
+
+@pytest.fixture
+async def cp(backend: Backend) -> tenxstore.CheckpointRepository:
+    """A set-up checkpointer with the default options, on every backend."""
+    return await backend.make()
+
+
+Factory = Callable[..., Awaitable[tenxstore.CheckpointRepository]]

@@ -1,0 +1,232 @@
+"""Migrations: up, down, up again; no drift; setup() is idempotent and concurrent-safe."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from alembic import command
+from sqlalchemy import create_engine, inspect
+
+import tenxstore
+from tenxstore import migrate
+from tests import services
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLES = {"threads", "states", "messages", "tool_executions"}
+
+
+async def _tables(url: str, schema: str | None) -> set[str]:
+    if url.startswith("sqlite"):
+        engine = create_engine(url)
+        try:
+            return set(inspect(engine).get_table_names())
+        finally:
+            engine.dispose()
+    conn = await asyncpg.connect(url)
+    try:
+        rows = await conn.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = $1", schema or "public"
+        )
+        return {r["tablename"] for r in rows}
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def database(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Any:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'm.db'}", None
+        return
+    from tests.conftest import drop_schema, new_schema
+
+    url, schema = services.pg_url(), new_schema()
+    yield url, schema
+    await drop_schema(url, schema)
+
+
+def _alembic(url: str, schema: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+    x = ["-x", f"url={url}"] + (["-x", f"schema={schema}"] if schema else [])
+    return subprocess.run(
+        [sys.executable, "-m", "alembic", *x, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("TENXSTORE_")},
+        timeout=120,
+    )
+
+
+async def test_upgrade_downgrade_upgrade_from_the_command_line(database: Any) -> None:
+    url, schema = database
+    for step, expected in (("upgrade", TABLES), ("downgrade", set()), ("upgrade", TABLES)):
+        done = _alembic(url, schema, step, "head" if step == "upgrade" else "base")
+        assert done.returncode == 0, done.stderr
+        assert await _tables(url, schema) - {"alembic_version"} == expected
+    current = _alembic(url, schema, "current")
+    assert "0001_initial (head)" in current.stdout, current.stdout + current.stderr
+
+
+async def test_alembic_check_reports_no_drift(database: Any) -> None:
+    url, schema = database
+    assert _alembic(url, schema, "upgrade", "head").returncode == 0
+    done = _alembic(url, schema, "check")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "No new upgrade operations detected" in done.stdout + done.stderr
+
+
+def test_database_url_from_the_environment(tmp_path: Path) -> None:
+    db = tmp_path / "env.db"
+    done = subprocess.run(
+        [sys.executable, "-m", "alembic", "upgrade", "head"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TENXSTORE_DATABASE_URL": f"sqlite:///{db}"},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    engine = create_engine(f"sqlite:///{db}")
+    assert TABLES <= set(inspect(engine).get_table_names())
+    engine.dispose()
+
+
+async def test_programmatic_downgrade_and_upgrade(database: Any) -> None:
+    url, schema = database
+    repo = tenxstore.CheckpointRepository(url, schema=schema)
+    try:
+        await repo.asetup()
+        await repo.asetup()  # idempotent
+        assert TABLES <= await _tables(url, schema)
+        await migrate.upgrade(repo.engine, schema=schema, revision="head")
+        config = migrate.alembic_config(url=url, schema=schema)
+        await asyncio.to_thread(command.downgrade, config, "base")
+        assert await _tables(url, schema) - {"alembic_version"} == set()
+        await repo.asetup()
+        assert TABLES <= await _tables(url, schema)
+    finally:
+        await repo.aclose()
+
+
+async def test_setup_creates_the_postgresql_schema(pg_url: str, pg_schema: str) -> None:
+    async with tenxstore.CheckpointRepository(pg_url, schema=pg_schema) as repo:
+        await repo.asetup()
+    assert await _tables(pg_url, pg_schema) == TABLES | {"alembic_version"}
+
+
+def _setup_in_process(url: str, schema: str | None, barrier: Any) -> None:
+    barrier.wait(timeout=60)
+    repo = tenxstore.CheckpointRepository(url, schema=schema)
+    repo.setup()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [6])
+async def test_many_processes_set_up_at_once(database: Any, processes: int) -> None:
+    url, schema = database
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(processes)
+    workers = [
+        ctx.Process(target=_setup_in_process, args=(url, schema, barrier))
+        for _ in range(processes)
+    ]
+    for w in workers:
+        w.start()
+    await asyncio.to_thread(lambda: [w.join(120) for w in workers])
+    assert [w.exitcode for w in workers] == [0] * processes
+    assert TABLES <= await _tables(url, schema)
+    async with tenxstore.CheckpointRepository(url, schema=schema) as repo:
+        config = {"thread_id": "t", "user_id": "u"}
+        assert await repo.aput_state(config, {"ok": True}) == 1
+
+
+async def test_id_types_are_fixed_when_the_schema_is_created(database: Any) -> None:
+    url, schema = database
+    async with tenxstore.CheckpointRepository(
+        url, schema=schema, id_type="bigint", user_id_type="int"
+    ) as repo:
+        await repo.asetup()
+        config = {"thread_id": 2**40, "user_id": 7}
+        assert await repo.aput_state(config, {"n": 1}) == 1
+        assert await repo.aget_state({"thread_id": 2**40, "user_id": 7}) == {"n": 1}
+        [info] = await repo.alist_threads({"user_id": 7})
+        assert (info.thread_id, info.user_id) == (2**40, 7)
+        with pytest.raises(tenxstore.ConfigError):
+            await repo.aget_state({"thread_id": "not-an-int", "user_id": 7})
+    async with tenxstore.CheckpointRepository(url, schema=schema) as other:
+        with pytest.raises(tenxstore.ConfigError, match="id_type='bigint'"):
+            await other.asetup()
+
+
+def test_setup_without_a_running_loop_then_use_from_another_loop(tmp_path: Path) -> None:
+    repo = tenxstore.SqliteCheckpointer(tmp_path / "sync.db")
+    repo.setup()
+    repo.setup()
+
+    async def use() -> dict[str, Any] | None:
+        config = {"thread_id": "t", "user_id": "u"}
+        await repo.aput_state(config, {"x": 1})
+        state = await repo.aget_state(config)
+        await repo.aclose()
+        return state
+
+    assert asyncio.run(use()) == {"x": 1}
+
+
+async def test_setup_inside_a_running_loop(pg_url: str, pg_schema: str) -> None:
+    repo = tenxstore.CheckpointRepository(pg_url, schema=pg_schema)
+    try:
+        repo.setup()  # a sync call from async code: runs on a private loop
+        assert await repo.aput_state({"thread_id": "t", "user_id": "u"}, {"x": 1}) == 1
+    finally:
+        await repo.aclose()
+
+
+@pytest.mark.slow
+def test_wheel_ships_the_migrations(tmp_path: Path) -> None:
+    """A wheel built from this checkout, in a fresh venv, migrates a new SQLite file."""
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    [wheel] = dist.glob("tenxstore-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    script = (
+        "import asyncio, pathlib, sys, tenxstore, tenxstore.migrate as m\n"
+        "assert 'site-packages' in str(m.script_location()), m.script_location()\n"
+        "cp = tenxstore.SqliteCheckpointer(sys.argv[1]); cp.setup()\n"
+        "async def go():\n"
+        "    c = {'thread_id': 't', 'user_id': 'u'}\n"
+        "    v = await cp.aput_state(c, {'from': 'wheel'})\n"
+        "    print(v, await cp.aget_state(c)); await cp.aclose()\n"
+        "asyncio.run(go())\n"
+    )
+    done = subprocess.run(
+        [str(python), "-c", script, str(tmp_path / "wheel.db")],
+        cwd=tmp_path,  # not the checkout: nothing may come from it
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1 {'from': 'wheel'}"

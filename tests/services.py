@@ -1,0 +1,74 @@
+"""Where the test services are, and the rule for when they are missing.
+
+A service that was asked for — its URL set in the environment, or ``CI=true`` —
+and is unreachable FAILS the tests. One nobody asked for falls back to a
+testcontainers container when Docker is available, and otherwise skips, saying why.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+from urllib.parse import urlsplit
+
+import pytest
+
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def _reachable(url: str, default_port: int) -> bool:
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or default_port), 2):
+            return True
+    except OSError:
+        return False
+
+
+def _asked(env: str) -> bool:
+    return bool(os.environ.get(env)) or os.environ.get("CI", "").lower() == "true"
+
+
+def _docker_available() -> bool:
+    try:
+        import docker  # type: ignore[import-not-found]  # testcontainers' dependency
+
+        docker.from_env().ping()
+        return True
+    except Exception:
+        return False
+
+
+@functools.cache
+def pg_url() -> str:
+    """The PostgreSQL URL for this test run (fails or skips by the rule above)."""
+    url = os.environ.get("TENXSTORE_TEST_PG_URL", DEFAULT_PG_URL)
+    if _reachable(url, 5432):
+        return url
+    if _asked("TENXSTORE_TEST_PG_URL"):
+        pytest.fail(f"PostgreSQL was asked for at {url} and is unreachable", pytrace=False)
+    if _docker_available():
+        from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found]
+
+        container = PostgresContainer("postgres:16", driver=None).start()
+        return str(container.get_connection_url())
+    pytest.skip(f"no PostgreSQL at {url} and no Docker; set TENXSTORE_TEST_PG_URL")
+
+
+@functools.cache
+def redis_url() -> str:
+    """The Redis URL for this test run (fails or skips by the rule above)."""
+    url = os.environ.get("TENXSTORE_TEST_REDIS_URL", DEFAULT_REDIS_URL)
+    if _reachable(url, 6379):
+        return url
+    if _asked("TENXSTORE_TEST_REDIS_URL"):
+        pytest.fail(f"Redis was asked for at {url} and is unreachable", pytrace=False)
+    if _docker_available():
+        from testcontainers.redis import RedisContainer  # type: ignore[import-not-found]
+
+        container = RedisContainer("redis:7").start()
+        host, port = container.get_container_host_ip(), container.get_exposed_port(6379)
+        return f"redis://{host}:{port}/0"
+    pytest.skip(f"no Redis at {url} and no Docker; set TENXSTORE_TEST_REDIS_URL")
