@@ -12,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager, nullcontext
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 from sqlalchemy import URL, ColumnElement, and_, delete, insert, select, update
 from sqlalchemy.engine import Row
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql import Executable
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import _dialect, migrate
@@ -257,14 +259,24 @@ class CheckpointRepository:
             async with conn.begin():
                 yield conn
 
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[AsyncConnection]:
-        """A connection for reads; PostgreSQL runs them in autocommit."""
-        async with self._turn(), self._engine.connect() as conn:
-            options = _dialect.read_options(self._dialect)
-            if options:
-                await conn.execution_options(**options)
-            yield conn
+    async def _fetch(self, stmt: Executable) -> Sequence[Row[Any]]:
+        """Run one read statement; retried once on a connection found dead.
+
+        Reads are idempotent, so a pooled connection that died while idle (a restarted
+        server, a killed backend) costs one retry; the driver's disconnect marks the
+        pool's older connections invalid, so the retry gets a fresh one.
+        """
+        for attempt in (1, 2):
+            try:
+                async with self._turn(), self._engine.connect() as conn:
+                    options = _dialect.read_options(self._dialect)
+                    if options:
+                        await conn.execution_options(**options)
+                    return (await conn.execute(stmt)).all()
+            except DBAPIError as exc:
+                if attempt == 2 or not exc.connection_invalidated:
+                    raise
+        raise AssertionError("unreachable")
 
     # -- helpers -----------------------------------------------------------------
 
@@ -439,8 +451,8 @@ class CheckpointRepository:
             )
             .where(self._owned(ids))
         )
-        async with self._read() as conn:
-            row = (await conn.execute(stmt)).first()
+        rows = await self._fetch(stmt)
+        row = rows[0] if rows else None
         if row is None or row.state_data is None:
             set_recorded_version(config, 0 if row is None else row.version)
             return None
@@ -474,8 +486,7 @@ class CheckpointRepository:
             .order_by(s.c.version.desc())
             .limit(limit)
         )
-        async with self._read() as conn:
-            rows = (await conn.execute(stmt)).all()
+        rows = await self._fetch(stmt)
         return [
             StateSnapshot(
                 version=row.version,
@@ -508,9 +519,7 @@ class CheckpointRepository:
             )
             stmt = stmt.where(m.c.seq > after)
         stmt = stmt.order_by(m.c.seq).limit(limit)
-        async with self._read() as conn:
-            payloads = (await conn.execute(stmt)).scalars().all()
-        return [decode(p) for p in payloads]
+        return [decode(row.payload) for row in await self._fetch(stmt)]
 
     # -- threads -----------------------------------------------------------------
 
@@ -567,9 +576,8 @@ class CheckpointRepository:
         """The thread record, or None (also when another user owns it)."""
         ids = self._ids(config)
         t = self._t.threads
-        async with self._read() as conn:
-            row = (await conn.execute(select(*t.c).where(self._owned(ids)))).first()
-        return None if row is None else self._thread_info(row)
+        rows = await self._fetch(select(*t.c).where(self._owned(ids)))
+        return self._thread_info(rows[0]) if rows else None
 
     async def alist_threads(
         self, config: dict[str, Any], limit: int = 50, offset: int = 0
@@ -585,9 +593,7 @@ class CheckpointRepository:
         stmt = (
             stmt.order_by(t.c.updated_at.desc(), t.c.thread_id.desc()).limit(limit).offset(offset)
         )
-        async with self._read() as conn:
-            rows = (await conn.execute(stmt)).all()
-        return [self._thread_info(row) for row in rows]
+        return [self._thread_info(row) for row in await self._fetch(stmt)]
 
     async def aclean_thread(self, config: dict[str, Any]) -> bool:
         """Delete the thread with its states, messages and tool executions.

@@ -1,0 +1,107 @@
+"""Every JSON value round-trips exactly, through serde and through every backend."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tenxstore import CheckpointRepository
+from tenxstore.serde import decode, encode
+
+ALL_CONTROL = "".join(chr(c) for c in range(32)) + "\x7f\u2028\u2029\ufeff\U0010ffff"
+
+TRICKY: dict[str, Any] = {
+    "nul": "a\x00b",
+    "nul key \x00": {"\x00": "\x00\x00"},
+    "controls": ALL_CONTROL,
+    "big": 2**64,
+    "bigger": -(10**40),
+    "u64": 2**64 - 1,
+    "i64min": -(2**63),
+    "float": 0.1,
+    "tiny": 5e-324,
+    "huge": 1.7976931348623157e308,
+    "neg zero": -0.0,
+    "nested": [[[[{"deep": [None, True, False, ""]}]]]],
+    "emoji": "🧵👩‍💻 ñ 中文 \U0001f600",
+    "quotes": "'\"\\/",
+    "empty": {},
+    "list": [],
+}
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equality that also checks types (1 vs 1.0 vs True) and NaN."""
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+    if type(a) is not type(b):
+        return isinstance(a, (list, tuple)) and isinstance(b, list) and same(list(a), b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(),
+    lambda children: st.lists(children, max_size=5)
+    | st.dictionaries(st.text(), children, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values)
+def test_serde_round_trips_every_json_value(value: Any) -> None:
+    assert same(value, decode(encode(value)))
+
+
+def test_serde_marks_only_what_orjson_cannot_hold() -> None:
+    assert not encode({"a": 1}).startswith(" ")
+    assert not encode({"a": None}).startswith(" ")
+    assert encode({"a": 2**64}).startswith(" ")
+    assert encode({"a": float("nan")}).startswith(" ")
+    assert "\x00" not in encode({"\x00": "\x00"})
+
+
+async def test_tricky_values_round_trip_through_the_store(cp: CheckpointRepository) -> None:
+    config = {"thread_id": "t", "user_id": "u"}
+    message = {"id": "m1", "role": "user", **TRICKY}
+    await cp.aput_checkpoint(config, dict(TRICKY), [message])
+    await cp.aput_thread(config, name="name \x00 " + ALL_CONTROL, metadata=dict(TRICKY))
+    assert same(await cp.aget_state({"thread_id": "t", "user_id": "u"}), TRICKY)
+    [stored] = await cp.aget_messages(config)
+    assert same(stored, message)
+    info = await cp.aget_thread(config)
+    assert info is not None
+    assert info.name == "name \x00 " + ALL_CONTROL
+    assert same(info.metadata, TRICKY)
+    [snapshot] = await cp.alist_states(config)
+    assert same(snapshot.state, TRICKY)
+
+
+async def test_non_finite_floats_round_trip(cp: CheckpointRepository) -> None:
+    config = {"thread_id": "t", "user_id": "u"}
+    await cp.aput_state(config, {"nan": float("nan"), "inf": math.inf, "-inf": -math.inf})
+    state = await cp.aget_state(config)
+    assert state is not None
+    assert math.isnan(state["nan"]) and state["inf"] == math.inf and state["-inf"] == -math.inf
+
+
+async def test_multi_megabyte_state(cp: CheckpointRepository) -> None:
+    import random
+
+    rng = random.Random(7)
+    blob = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz \x00é中") for _ in range(3_000_000))
+    state = {"blob": blob, "many": list(range(50_000))}
+    config = {"thread_id": "big", "user_id": "u"}
+    await cp.aput_state(config, state)
+    assert await cp.aget_state(config) == state

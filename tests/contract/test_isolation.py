@@ -1,0 +1,228 @@
+"""User isolation, hostile ids and bad input (every backend)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tenxstore import (
+    AuthPolicy,
+    CheckpointRepository,
+    ConfigError,
+    SerializationError,
+    ThreadOwnershipError,
+)
+from tests.conftest import Backend
+
+HOSTILE_IDS = [
+    "a'b",
+    'a"b',
+    "%",
+    "_",
+    "a%_b",
+    "back\\slash",
+    "new\nline",
+    "tab\there",
+    "🧵👩‍💻",
+    "' OR 1=1 --",
+    "x" * 255,
+    "*",
+    "a:b",
+    " ",
+]
+
+
+def cfg(thread: Any = "t1", user: Any = "alice", **extra: Any) -> dict[str, Any]:
+    return {"thread_id": thread, "user_id": user, **extra}
+
+
+async def test_another_users_thread_reads_as_absent_everywhere(cp: CheckpointRepository) -> None:
+    await cp.aput_checkpoint(cfg(), {"secret": 1}, [{"id": "m1", "content": "private"}])
+    await cp.aput_thread(cfg(), name="mine")
+    mallory = cfg(user="mallory")
+    assert await cp.aget_state(mallory) is None
+    assert mallory["_checkpoint_version"] == 0
+    assert await cp.aget_state_cache(cfg(user="mallory")) is None
+    assert await cp.alist_states(cfg(user="mallory")) == []
+    assert await cp.aget_messages(cfg(user="mallory")) == []
+    assert await cp.aget_thread(cfg(user="mallory")) is None
+    assert await cp.alist_threads({"user_id": "mallory"}) == []
+    assert [t.thread_id for t in await cp.alist_threads({"user_id": "alice"})] == ["t1"]
+
+
+async def test_writes_and_deletes_to_another_users_thread_raise(cp: CheckpointRepository) -> None:
+    await cp.aput_state(cfg(), {"v": 1})
+    for call in (
+        cp.aput_state(cfg(user="mallory"), {"v": "hijack"}),
+        cp.aput_checkpoint(cfg(user="mallory"), {"v": 2}, [{"id": "x"}]),
+        cp.aput_thread(cfg(user="mallory"), name="mine now"),
+        cp.aclean_thread(cfg(user="mallory")),
+    ):
+        with pytest.raises(ThreadOwnershipError):
+            await call
+    assert await cp.aget_state(cfg()) == {"v": 1}
+    assert await cp.aget_messages(cfg()) == []
+    info = await cp.aget_thread(cfg())
+    assert info is not None and info.name is None and info.version == 1
+
+
+async def test_auth_policy_overrides_isolation_per_call(cp: CheckpointRepository) -> None:
+    await cp.aput_state(cfg(), {"v": 1})
+    admin = {"thread_id": "t1", "auth_policy": AuthPolicy(enforce_user_isolation=False)}
+    assert await cp.aget_state(admin) == {"v": 1}
+    assert {t.thread_id for t in await cp.alist_threads(admin)} == {"t1"}
+    strict = cfg(user="mallory", auth_policy=AuthPolicy(enforce_user_isolation=True))
+    assert await cp.aget_state(strict) is None
+    with pytest.raises(ConfigError):
+        await cp.aget_state({"thread_id": "t1", "auth_policy": AuthPolicy(True)})
+
+
+async def test_isolation_off_shares_threads(backend: Backend) -> None:
+    cp = await backend.make(enforce_user_isolation=False)
+    await cp.aput_state({"thread_id": "shared"}, {"v": 1})
+    await cp.aput_state({"thread_id": "shared", "user_id": "bob"}, {"v": 2})
+    assert await cp.aget_state({"thread_id": "shared", "user_id": "carol"}) == {"v": 2}
+    assert [t.thread_id for t in await cp.alist_threads({})] == ["shared"]
+    with pytest.raises(ConfigError):
+        await cp.aget_state({"thread_id": "shared", "auth_policy": AuthPolicy(True)})
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_IDS)
+async def test_ids_are_data(cp: CheckpointRepository, hostile: str) -> None:
+    await cp.aput_checkpoint(cfg("plain", "plain"), {"who": "plain"}, [{"id": "p"}])
+    config = cfg(hostile, hostile)
+    await cp.aput_checkpoint(config, {"who": hostile}, [{"id": hostile, "c": hostile}])
+    assert await cp.aget_state(cfg(hostile, hostile)) == {"who": hostile}
+    assert await cp.aget_messages(cfg(hostile, hostile), after_id=hostile) == []
+    assert [m["id"] for m in await cp.aget_messages(cfg(hostile, hostile))] == [hostile]
+    [info] = await cp.alist_threads({"user_id": hostile})
+    assert (info.thread_id, info.user_id) == (hostile, hostile)
+    assert await cp.aget_state(cfg("plain", hostile)) is None
+    assert await cp.aget_state(cfg(hostile, "plain")) is None
+    assert await cp.aget_state(cfg("plain", "plain")) == {"who": "plain"}
+    assert await cp.aclean_thread(cfg(hostile, hostile)) is True
+    assert await cp.aget_state(cfg("plain", "plain")) == {"who": "plain"}
+
+
+BAD_IDS = ["", "x" * 256, "nul\x00", 12, 1.5, None, b"bytes", True, ["t"]]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
+async def test_bad_ids_are_config_errors_before_any_io(
+    cp: CheckpointRepository, bad: Any
+) -> None:
+    calls = [
+        lambda c: cp.aget_state(c),
+        lambda c: cp.aput_state(c, {"x": 1}),
+        lambda c: cp.aput_checkpoint(c, {"x": 1}, [{"id": "m"}]),
+        lambda c: cp.alist_states(c),
+        lambda c: cp.aget_messages(c),
+        lambda c: cp.aput_thread(c, name="n"),
+        lambda c: cp.aget_thread(c),
+        lambda c: cp.aclean_thread(c),
+    ]
+    for call in calls:
+        for config in (cfg(thread=bad), cfg(user=bad)):
+            if bad is None and config.get("thread_id") is not None:
+                continue  # a missing user_id is tested below
+            with pytest.raises(ConfigError):
+                await call(config)
+    with pytest.raises(ConfigError):
+        await cp.alist_threads({"user_id": bad} if bad is not None else {})
+    assert await cp.alist_threads({"user_id": "alice"}) == []
+
+
+async def test_missing_ids_are_value_errors(cp: CheckpointRepository) -> None:
+    for config in ({}, {"user_id": "u"}, {"thread_id": "t"}, {"configurable": {}}):
+        with pytest.raises(ValueError):
+            await cp.aput_state(config, {"x": 1})
+    with pytest.raises(ValueError):
+        await cp.aget_state("not a dict")  # type: ignore[arg-type]
+    assert await cp.alist_threads({"user_id": "u"}) == []
+
+
+UNSERIALIZABLE = [object(), {1, 2}, lambda: None, 1 + 2j, b"bytes", {1: "int key"}, "\ud800"]
+
+
+@pytest.mark.parametrize("bad", UNSERIALIZABLE, ids=lambda v: type(v).__name__)
+async def test_unserializable_values_write_nothing(cp: CheckpointRepository, bad: Any) -> None:
+    config = cfg()
+    await cp.aget_state(config)
+    with pytest.raises(SerializationError):
+        await cp.aput_checkpoint(config, {"bad": bad}, [{"id": "ok", "c": 1}])
+    with pytest.raises(SerializationError):
+        await cp.aput_checkpoint(config, {"ok": 1}, [{"id": "m", "bad": bad}])
+    with pytest.raises(SerializationError):
+        await cp.aput_thread(config, metadata={"bad": bad})
+    assert await cp.aget_thread(cfg()) is None
+    assert await cp.aget_messages(cfg()) == []
+    assert config["_checkpoint_version"] == 0
+
+
+@pytest.mark.parametrize(
+    "state",
+    [[1], "s", None, 3, {"__checkpoint_version__": 1}],
+    ids=["list", "str", "None", "int", "reserved"],
+)
+async def test_a_state_must_be_a_dict_without_the_reserved_key(
+    cp: CheckpointRepository, state: Any
+) -> None:
+    with pytest.raises(SerializationError):
+        await cp.aput_state(cfg(), state)
+    assert await cp.aget_thread(cfg()) is None
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [["str"], [1], "abc", {"id": "x"}, [{"id": ""}], [{"id": 5}], [{"id": "a\x00"}]],
+    ids=repr,
+)
+async def test_bad_messages_write_nothing(cp: CheckpointRepository, messages: Any) -> None:
+    with pytest.raises(SerializationError):
+        await cp.aput_checkpoint(cfg(), {"ok": 1}, messages)
+    assert await cp.aget_thread(cfg()) is None
+
+
+async def test_bad_arguments(cp: CheckpointRepository) -> None:
+    await cp.aput_state(cfg(), {"x": 1})
+    for call in (
+        cp.alist_states(cfg(), limit=-1),
+        cp.aget_messages(cfg(), limit=-1),
+        cp.alist_threads({"user_id": "alice"}, limit=-1),
+        cp.alist_threads({"user_id": "alice"}, offset="1"),  # type: ignore[arg-type]
+        cp.aput_state(cfg(_checkpoint_version="1"), {"x": 2}),
+    ):
+        with pytest.raises(ConfigError):
+            await call
+    with pytest.raises(SerializationError):
+        await cp.aget_messages(cfg(), after_id="")
+    with pytest.raises(SerializationError):
+        await cp.aput_thread(cfg(), name=5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        await cp.aget_state(cfg(auth_policy=object()))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"state_history_limit": 0},
+        {"state_history_limit": 1.5},
+        {"id_type": "uuid"},
+        {"user_id_type": "text"},
+        {"tool_lease_seconds": 0},
+        {"schema": ""},
+    ],
+    ids=repr,
+)
+def test_constructor_validation(options: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        CheckpointRepository("postgresql://localhost/db", **options)
+
+
+def test_constructor_refuses_unsupported_urls_and_sqlite_schemas() -> None:
+    for url in ("mysql://localhost/db", "not a url", "oracle://x"):
+        with pytest.raises(ValueError):
+            CheckpointRepository(url)
+    with pytest.raises(ValueError):
+        CheckpointRepository("sqlite:///x.db", schema="s")

@@ -1,0 +1,53 @@
+"""Round trips on the hot path, counted with an engine event (PostgreSQL and SQLite).
+
+A steady-state durable write is: lock the thread row, insert the state, insert the
+new messages, bump the head version, prune — five statements; SQLite adds its
+``BEGIN IMMEDIATE``. The first write to a thread adds the insert of the thread row
+and the re-select that locks it. A read is one statement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import event
+
+from tenxstore import CheckpointRepository
+from tests.conftest import Backend
+
+
+@contextmanager
+def counting(repo: CheckpointRepository) -> Iterator[list[str]]:
+    statements: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    engine = repo.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield statements
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+async def test_statements_per_operation(sql_backend: Backend) -> None:
+    repo = await sql_backend.make(state_history_limit=2)
+    begin = 1 if repo.dialect == "sqlite" else 0
+    config = {"thread_id": "t", "user_id": "u"}
+    with counting(repo) as first:
+        await repo.aput_checkpoint(config, {"n": 0}, [{"id": "m0"}])
+    assert len(first) <= 6 + begin, first  # no prune yet: 4 + thread insert + re-select
+    for n in (1, 2):
+        with counting(repo) as steady:
+            await repo.aput_checkpoint(config, {"n": n}, [{"id": f"m{n}a"}, {"id": f"m{n}b"}])
+    assert len(steady) <= 5 + begin, steady
+    with counting(repo) as no_messages:
+        await repo.aput_state(config, {"n": 3})
+    assert len(no_messages) <= 4 + begin, no_messages
+    for read in (repo.aget_state, repo.aget_messages, repo.aget_thread, repo.alist_states):
+        with counting(repo) as reads:
+            await read(config)  # type: ignore[operator]
+        assert len(reads) == 1 + begin, (read.__name__, reads)

@@ -1,0 +1,72 @@
+"""Thread records: create, update, list, clean (every backend)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tenxstore import CheckpointRepository
+
+
+def cfg(thread: str = "t1", user: str = "alice") -> dict[str, Any]:
+    return {"thread_id": thread, "user_id": user}
+
+
+async def test_put_thread_creates_and_updates_without_touching_the_version(
+    cp: CheckpointRepository,
+) -> None:
+    created = await cp.aput_thread(cfg(), name="first", metadata={"tag": 1})
+    assert (created.thread_id, created.user_id, created.name, created.metadata) == (
+        "t1",
+        "alice",
+        "first",
+        {"tag": 1},
+    )
+    assert created.version == 0
+    assert created.created_at is not None and created.created_at.tzinfo is not None
+    await cp.aput_state(cfg(), {"s": 1})
+    renamed = await cp.aput_thread(cfg(), name="second")
+    assert (renamed.name, renamed.metadata, renamed.version) == ("second", {"tag": 1}, 1)
+    retagged = await cp.aput_thread(cfg(), metadata={"tag": 2})
+    assert (retagged.name, retagged.metadata, retagged.version) == ("second", {"tag": 2}, 1)
+    assert retagged.created_at == created.created_at
+    assert retagged.updated_at is not None and created.updated_at is not None
+    assert retagged.updated_at >= created.updated_at
+    config = cfg()
+    assert await cp.aget_state(config) == {"s": 1}
+    assert config["_checkpoint_version"] == 1
+    assert await cp.aget_thread(cfg()) == retagged
+
+
+async def test_a_thread_without_state_reads_as_none(cp: CheckpointRepository) -> None:
+    await cp.aput_thread(cfg(), name="empty")
+    config = cfg()
+    assert await cp.aget_state(config) is None
+    assert config["_checkpoint_version"] == 0
+    assert await cp.aput_state(config, {"s": 1}) == 1
+
+
+async def test_list_threads_newest_updated_first_with_paging(cp: CheckpointRepository) -> None:
+    for name in ("a", "b", "c", "d"):
+        await cp.aput_state(cfg(name), {"n": name})
+    await cp.aput_state(cfg("other", "bob"), {"n": "bob's"})
+    await cp.aput_state(cfg("b"), {"n": "b again"})
+    listed = [t.thread_id for t in await cp.alist_threads({"user_id": "alice"})]
+    assert listed == ["b", "d", "c", "a"]
+    page = await cp.alist_threads({"user_id": "alice"}, limit=2, offset=1)
+    assert [t.thread_id for t in page] == ["d", "c"]
+    assert await cp.alist_threads({"user_id": "alice"}, limit=0) == []
+    assert [t.version for t in await cp.alist_threads({"user_id": "alice"})] == [2, 1, 1, 1]
+
+
+async def test_clean_thread_removes_everything(cp: CheckpointRepository) -> None:
+    await cp.aput_checkpoint(cfg(), {"s": 1}, [{"id": "m1"}, {"id": "m2"}])
+    await cp.aput_checkpoint(cfg("keep"), {"s": 1}, [{"id": "m1"}])
+    assert await cp.aclean_thread(cfg()) is True
+    assert await cp.aclean_thread(cfg()) is False
+    assert await cp.aget_thread(cfg()) is None
+    assert await cp.alist_states(cfg()) == []
+    assert await cp.aget_messages(cfg()) == []
+    config = cfg()
+    assert await cp.aget_state(config) is None
+    assert await cp.aput_state(config, {"again": True}) == 1  # a new life starts at 1
+    assert await cp.aget_messages(cfg("keep")) == [{"id": "m1"}]
