@@ -12,10 +12,10 @@ import asyncio
 import os
 from typing import Any
 
-from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from alembic import context
 from tenxstore import _dialect
 from tenxstore.config import check_id_type
 from tenxstore.models import Base

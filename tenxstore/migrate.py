@@ -9,11 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from alembic import command
 from alembic.config import Config
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from alembic import command
 
 from . import _dialect
 from .config import IdType
@@ -88,6 +89,4 @@ async def upgrade(
     async with engine.connect() as connection:
         await connection.execution_options(**{_dialect.WRITE_OPTION: True})
         async with connection.begin():
-            await connection.run_sync(
-                _upgrade_sync, schema, id_type, user_id_type, revision
-            )
+            await connection.run_sync(_upgrade_sync, schema, id_type, user_id_type, revision)

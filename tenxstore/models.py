@@ -17,7 +17,7 @@ them, and migrations do the same.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from sqlalchemy import (
     BigInteger,
@@ -73,7 +73,10 @@ class Base(DeclarativeBase):
     """Declarative base: naming convention (needed by SQLite batch migrations)."""
 
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map = {datetime: DateTime(timezone=True), str: Text()}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: DateTime(timezone=True),
+        str: Text(),
+    }
 
 
 class ThreadRow(Base):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager, nullcontext
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 from sqlalchemy import URL, ColumnElement, and_, delete, insert, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql import Executable
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql import Executable
 
 from . import _dialect, migrate
 from .config import (
@@ -38,13 +38,10 @@ from .errors import (
     SerializationError,
     StaleStateError,
     ThreadOwnershipError,
-    ToolExecutionInProgress,
-    ToolExecutionMismatch,
-    ToolExecutionNotFound,
 )
 from .models import tables_for
 from .serde import decode, encode, encode_state
-from .types import StateSnapshot, ThreadInfo, ToolExecution
+from .types import StateSnapshot, ThreadInfo
 
 __all__ = ["CheckpointRepository"]
 
@@ -58,12 +55,14 @@ def _utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=timezone.utc)
 
 
-def _check_limit(name: str, value: object, *, allow_none: bool = True) -> int | None:
-    if value is None and allow_none:
-        return None
+def _check_count(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(f"{name} must be a non-negative int, not {value!r}")
     return value
+
+
+def _check_limit(value: object) -> int | None:
+    return None if value is None else _check_count("limit", value)
 
 
 def _check_positive_number(name: str, value: object) -> float:
@@ -296,9 +295,10 @@ class CheckpointRepository:
     def _owned(self, ids: RunIds) -> ColumnElement[bool]:
         """The thread row of this call, scoped to its owner when isolation applies."""
         t = self._t.threads
+        clause: ColumnElement[bool] = t.c.thread_id == ids.thread_id
         if ids.isolated:
-            return and_(t.c.thread_id == ids.thread_id, t.c.user_id == ids.user_id)
-        return t.c.thread_id == ids.thread_id
+            clause = and_(clause, t.c.user_id == ids.user_id)
+        return clause
 
     def _visible_thread(self, ids: RunIds) -> Any:
         """A subquery of the call's thread id, empty when the caller may not see it."""
@@ -349,8 +349,11 @@ class CheckpointRepository:
             if mid not in seen:  # the first content of an id is the one kept
                 seen.add(mid)
                 rows.append(
-                    {"message_id": mid, "role": role if isinstance(role, str) else None,
-                     "payload": payload}
+                    {
+                        "message_id": mid,
+                        "role": role if isinstance(role, str) else None,
+                        "payload": payload,
+                    }
                 )
         return encoded, rows
 
@@ -417,7 +420,10 @@ class CheckpointRepository:
                 )
                 await conn.execute(
                     stmt,
-                    [{**row, "thread_id": ids.thread_id, "created_at": now} for row in message_rows],
+                    [
+                        {**row, "thread_id": ids.thread_id, "created_at": now}
+                        for row in message_rows
+                    ],
                 )
             await conn.execute(
                 update(t)
@@ -470,7 +476,7 @@ class CheckpointRepository:
         """There is no cache here: validates the arguments and returns False."""
         self._ids(config)
         encode_state(state)
-        _check_limit("version", version, allow_none=False)
+        _check_count("version", version)
         return False
 
     async def alist_states(
@@ -478,7 +484,7 @@ class CheckpointRepository:
     ) -> list[StateSnapshot]:
         """The retained state versions, newest first."""
         ids = self._ids(config)
-        limit = _check_limit("limit", limit)
+        limit = _check_limit(limit)
         s = self._t.states
         stmt = (
             select(s.c.version, s.c.state_data, s.c.meta, s.c.created_at)
@@ -508,7 +514,7 @@ class CheckpointRepository:
             after_id: Start after the message with this id (an unknown id gives ``[]``).
         """
         ids = self._ids(config)
-        limit = _check_limit("limit", limit)
+        limit = _check_limit(limit)
         m = self._t.messages
         stmt = select(m.c.payload).where(m.c.thread_id == self._visible_thread(ids))
         if after_id is not None:
@@ -584,8 +590,8 @@ class CheckpointRepository:
     ) -> list[ThreadInfo]:
         """The caller's threads, most recently updated first (all when isolation is off)."""
         ids = self._ids(config, need_thread=False)
-        limit = _check_limit("limit", limit, allow_none=False)
-        offset = _check_limit("offset", offset, allow_none=False)
+        limit = _check_count("limit", limit)
+        offset = _check_count("offset", offset)
         t = self._t.threads
         stmt = select(*t.c)
         if ids.isolated:

@@ -109,9 +109,7 @@ BAD_IDS = ["", "x" * 256, "nul\x00", 12, 1.5, None, b"bytes", True, ["t"]]
 
 
 @pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
-async def test_bad_ids_are_config_errors_before_any_io(
-    cp: CheckpointRepository, bad: Any
-) -> None:
+async def test_bad_ids_are_config_errors_before_any_io(cp: CheckpointRepository, bad: Any) -> None:
     calls = [
         lambda c: cp.aget_state(c),
         lambda c: cp.aput_state(c, {"x": 1}),
