@@ -60,3 +60,4 @@ class ToolExecution:
     attempts: int
     started_at: datetime
     finished_at: datetime | None
+    lease_expires_at: datetime | None = None
