@@ -1,5 +1,6 @@
 """tenxstore: durable, versioned, per-user persistence for AI-agent threads."""
 
+from .cache import CachedCheckpointer
 from .errors import (
     ConfigError,
     SerializationError,
@@ -10,15 +11,17 @@ from .errors import (
     ToolExecutionMismatch,
     ToolExecutionNotFound,
 )
-from .presets import InMemoryCheckpointer, SqliteCheckpointer
+from .presets import InMemoryCheckpointer, PgCheckpointer, SqliteCheckpointer
 from .repository import CheckpointRepository
 from .types import AuthPolicy, StateSnapshot, ThreadInfo, ToolExecution
 
 __all__ = [
     "AuthPolicy",
+    "CachedCheckpointer",
     "CheckpointRepository",
     "ConfigError",
     "InMemoryCheckpointer",
+    "PgCheckpointer",
     "SerializationError",
     "SqliteCheckpointer",
     "StaleStateError",

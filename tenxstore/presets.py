@@ -1,23 +1,127 @@
-"""Ready-made checkpointers with the names and arguments of the product documents."""
+"""Ready-made checkpointers with the names and arguments of the product documents.
+
+Each preset is a :class:`CachedCheckpointer` around a :class:`CheckpointRepository`
+(``.inner``); without Redis it passes every call straight through.
+"""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ._asyncpg_pool import engine_from_asyncpg_pool
+from .cache import CachedCheckpointer
 from .errors import ConfigError
 from .repository import CheckpointRepository
 
-__all__ = ["InMemoryCheckpointer", "SqliteCheckpointer"]
+__all__ = ["InMemoryCheckpointer", "PgCheckpointer", "SqliteCheckpointer"]
 
 
-class SqliteCheckpointer(CheckpointRepository):
+class _OptionalCache(CachedCheckpointer):
+    @classmethod
+    def _requires_redis(cls) -> bool:
+        return False
+
+
+class PgCheckpointer(CachedCheckpointer):
+    """PostgreSQL for durable history, Redis as the hot cache: the production setup.
+
+    Args:
+        postgres_dsn: A PostgreSQL DSN (``postgresql://`` works; asyncpg is chosen).
+        pg_pool: Instead of a DSN: an ``AsyncEngine`` or an asyncpg ``Pool``
+            (connections are borrowed per transaction and returned). Stays the caller's.
+        redis_url: A Redis URL; or ``redis``, a client (``Redis`` or ``RedisCluster``);
+            or ``redis_pool``, a ``redis.asyncio.ConnectionPool``. Exactly one.
+        pool_config: ``create_async_engine`` options for the pool created from the DSN.
+        redis_pool_config: Options for the Redis client created from ``redis_url``.
+        schema: PostgreSQL schema of the tables.
+        cache_ttl: Redis TTL in seconds (``None``: no expiry).
+        state_history_limit: State versions retained per thread.
+        enforce_user_isolation: Scope every call to ``config["user_id"]``.
+        user_id_type: ``"string"``, ``"int"`` or ``"bigint"``.
+        id_type: Likewise for ``thread_id``.
+        tool_lease_seconds: Lease of a tool-call claim.
+
+    Raises:
+        ValueError: The PostgreSQL side or the Redis side is missing, or an argument
+            is invalid.
+    """
+
+    def __init__(
+        self,
+        postgres_dsn: str | None = None,
+        pg_pool: Any = None,
+        redis_url: str | None = None,
+        redis: Any = None,
+        redis_pool: Any = None,
+        pool_config: dict[str, Any] | None = None,
+        redis_pool_config: dict[str, Any] | None = None,
+        schema: str | None = "public",
+        cache_ttl: float | None = 86400,
+        state_history_limit: int = 20,
+        enforce_user_isolation: bool = True,
+        user_id_type: str = "string",
+        id_type: str = "string",
+        *,
+        tool_lease_seconds: float = 900,
+        key_prefix: str = "state_cache",
+    ) -> None:
+        if (postgres_dsn is None) == (pg_pool is None):
+            raise ConfigError("PgCheckpointer needs exactly one of postgres_dsn= or pg_pool=")
+        if (redis_url, redis, redis_pool) == (None, None, None):
+            raise ConfigError("PgCheckpointer needs one of redis_url=, redis= or redis_pool=")
+        if pg_pool is not None and pool_config:
+            raise ConfigError("pool_config applies only to a pool created from postgres_dsn")
+        target: Any = postgres_dsn
+        if pg_pool is not None:
+            target = (
+                pg_pool if isinstance(pg_pool, AsyncEngine) else engine_from_asyncpg_pool(pg_pool)
+            )
+        repository = CheckpointRepository(
+            target,
+            schema=schema,
+            state_history_limit=state_history_limit,
+            enforce_user_isolation=enforce_user_isolation,
+            id_type=id_type,
+            user_id_type=user_id_type,
+            engine_options=pool_config,
+            tool_lease_seconds=tool_lease_seconds,
+        )
+        if redis_pool_config and redis_url is None:
+            raise ConfigError("redis_pool_config applies only to a client created from redis_url")
+        if redis_pool_config:
+            from redis.asyncio import Redis
+
+            redis = Redis.from_url(redis_url, **redis_pool_config)  # type: ignore[arg-type]
+            redis_url = None
+        super().__init__(
+            repository,
+            redis=redis,
+            redis_url=redis_url,
+            redis_pool=redis_pool,
+            cache_ttl=cache_ttl,
+            key_prefix=key_prefix,
+        )
+        self._owns_redis_from_config = redis_pool_config is not None
+
+    async def aclose(self) -> None:
+        """Close the pools this checkpointer created."""
+        await super().aclose()
+        if self._owns_redis_from_config and self.redis is not None:
+            await self.redis.aclose()
+
+
+class SqliteCheckpointer(_OptionalCache):
     """Durable state and messages in one SQLite file, for single-machine agents.
 
     Args:
         path: The database file (created when absent).
         state_history_limit: State versions retained per thread.
         enforce_user_isolation: Scope every call to ``config["user_id"]``.
+        redis_url: Optional Redis cache URL; or ``redis``, a client.
+        cache_ttl: Redis TTL in seconds (``None``: no expiry).
         tool_lease_seconds: Lease of a tool-call claim.
     """
 
@@ -27,25 +131,30 @@ class SqliteCheckpointer(CheckpointRepository):
         *,
         state_history_limit: int = 20,
         enforce_user_isolation: bool = True,
+        redis_url: str | None = None,
+        redis: Any = None,
+        cache_ttl: float | None = 86400,
         tool_lease_seconds: float = 900,
-        **options: Any,
+        key_prefix: str = "state_cache",
     ) -> None:
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
             raise ConfigError(f"path must be a file path, not {path!r}")
-        super().__init__(
+        repository = CheckpointRepository(
             f"sqlite+aiosqlite:///{os.fspath(path)}",
             state_history_limit=state_history_limit,
             enforce_user_isolation=enforce_user_isolation,
             tool_lease_seconds=tool_lease_seconds,
-            **options,
+        )
+        super().__init__(
+            repository, redis=redis, redis_url=redis_url, cache_ttl=cache_ttl, key_prefix=key_prefix
         )
 
 
-class InMemoryCheckpointer(CheckpointRepository):
+class InMemoryCheckpointer(_OptionalCache):
     """State in process memory (an in-memory SQLite database), for tests and development.
 
     Not durable: everything is lost when the process ends, and nothing is shared with
-    other processes. The schema is created on first use.
+    other processes or other instances.
     """
 
     def __init__(
@@ -55,9 +164,10 @@ class InMemoryCheckpointer(CheckpointRepository):
         enforce_user_isolation: bool = True,
         tool_lease_seconds: float = 900,
     ) -> None:
-        super().__init__(
+        repository = CheckpointRepository(
             "sqlite+aiosqlite://",
             state_history_limit=state_history_limit,
             enforce_user_isolation=enforce_user_isolation,
             tool_lease_seconds=tool_lease_seconds,
         )
+        super().__init__(repository)

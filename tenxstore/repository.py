@@ -167,6 +167,16 @@ class CheckpointRepository:
         return self._engine
 
     @property
+    def id_type(self) -> IdType:
+        """Type of ``thread_id``: ``"string"``, ``"int"`` or ``"bigint"``."""
+        return self._id_type
+
+    @property
+    def user_id_type(self) -> IdType:
+        """Type of ``user_id``."""
+        return self._user_id_type
+
+    @property
     def dialect(self) -> str:
         """``"postgresql"`` or ``"sqlite"``."""
         return self._dialect
