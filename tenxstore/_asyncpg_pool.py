@@ -57,6 +57,8 @@ def engine_from_asyncpg_pool(pool: Any, **options: Any) -> AsyncEngine:
     async def borrow() -> Any:
         return _Borrowed(pool, await pool.acquire())
 
-    return create_async_engine(
+    engine = create_async_engine(
         "postgresql+asyncpg://", async_creator=borrow, poolclass=NullPool, **options
     )
+    engine.sync_engine._tenxstore_borrowed = True  # type: ignore[attr-defined]  # setup() reads it
+    return engine

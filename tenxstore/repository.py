@@ -10,6 +10,7 @@ leave this module, callers get the frozen values of :mod:`tenxstore.types`.
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -18,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from sqlalchemy import URL, ColumnElement, and_, delete, insert, select, update
-from sqlalchemy.engine import Row
+from sqlalchemy.engine import Engine, Row
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable
@@ -157,7 +158,6 @@ class CheckpointRepository:
             weakref.WeakKeyDictionary()
         )
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._set_up = False
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -191,25 +191,45 @@ class CheckpointRepository:
                 ``user_id_type`` values.
         """
         async with self._turn():
-            await migrate.upgrade(
-                self._engine,
-                schema=self.schema,
-                id_type=self._id_type,
-                user_id_type=self._user_id_type,
-            )
-        self._set_up = True
+            await self._migrate(self._engine)
+
+    async def _migrate(self, engine: AsyncEngine) -> None:
+        await migrate.upgrade(
+            engine, schema=self.schema, id_type=self._id_type, user_id_type=self._user_id_type
+        )
 
     def setup(self) -> None:
-        """Synchronous :meth:`asetup`; works with or without a running event loop."""
+        """Synchronous :meth:`asetup`; works with or without a running event loop.
+
+        The migration runs on a private event loop with its own connections, closed
+        before this returns, so the checkpointer is then usable from any loop.
+
+        Raises:
+            ConfigError: The engine borrows from an asyncpg pool, which belongs to
+                its own event loop: call ``await asetup()`` there instead.
+        """
+        if getattr(self._base_engine.sync_engine, "_tenxstore_borrowed", False):
+            raise ConfigError(
+                "setup() cannot borrow from an asyncpg pool outside its event loop; "
+                "call `await checkpointer.asetup()` on that loop"
+            )
 
         async def run() -> None:
-            try:
+            if self._memory:  # the database is the one connection: use it
                 await self.asetup()
+                return
+            base = self._base_engine
+            private = AsyncEngine(Engine(base.sync_engine.pool.recreate(), base.dialect, base.url))
+            _dialect.prepare_engine(private)
+            try:
+                translate = {None: self.schema} if self.schema else None
+                await self._migrate(
+                    private.execution_options(schema_translate_map=translate)
+                    if translate
+                    else private
+                )
             finally:
-                if not self._memory:
-                    # Connections belong to this temporary loop: close them here.
-                    await self._base_engine.dispose()
-                self._loop = None
+                await private.dispose()
 
         try:
             asyncio.get_running_loop()
@@ -224,8 +244,6 @@ class CheckpointRepository:
                 asyncio.run(run())
             except BaseException as exc:  # re-raised in the caller's thread
                 outcome.append(exc)
-
-        import threading
 
         thread = threading.Thread(target=worker, name="tenxstore-setup")
         thread.start()

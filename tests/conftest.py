@@ -15,7 +15,8 @@ import tenxstore
 from tests import services
 
 SQL_BACKENDS = ["sqlite", "postgresql"]
-BACKENDS = ["memory", *SQL_BACKENDS]
+CACHED_BACKENDS = ["sqlite+redis", "postgresql+redis"]
+BACKENDS = ["memory", *SQL_BACKENDS, *CACHED_BACKENDS]
 
 
 @dataclass
@@ -25,15 +26,22 @@ class Backend:
     name: str
     url: str | None = None
     schema: str | None = None
+    redis_url: str | None = None
+    key_prefix: str = field(default_factory=lambda: f"test-{uuid.uuid4().hex[:12]}")
     made: list[Any] = field(default_factory=list)
 
-    async def make(self, **options: Any) -> tenxstore.CheckpointRepository:
-        """A set-up repository on this test's database (memory: a new database)."""
+    async def make(self, **options: Any) -> Any:
+        """A set-up checkpointer on this test's database (memory: a new database)."""
+        cache = {k: options.pop(k) for k in ("cache_ttl", "redis_backoff") if k in options}
         if self.name == "memory":
-            cp: tenxstore.CheckpointRepository = tenxstore.InMemoryCheckpointer(**options)
+            cp: Any = tenxstore.InMemoryCheckpointer(**options)
         else:
             assert self.url is not None
             cp = tenxstore.CheckpointRepository(self.url, schema=self.schema, **options)
+            if self.redis_url is not None:
+                cp = tenxstore.CachedCheckpointer(
+                    cp, redis_url=self.redis_url, key_prefix=self.key_prefix, **cache
+                )
         self.made.append(cp)
         await cp.asetup()
         return cp
@@ -41,6 +49,16 @@ class Backend:
     async def close(self) -> None:
         for cp in self.made:
             await cp.aclose()
+        if self.redis_url is not None:
+            from redis.asyncio import Redis
+
+            client = Redis.from_url(self.redis_url)
+            try:
+                keys = [k async for k in client.scan_iter(match=f"{self.key_prefix}:*")]
+                if keys:
+                    await client.delete(*keys)
+            finally:
+                await client.aclose()
 
 
 async def drop_schema(url: str, schema: str) -> None:
@@ -69,17 +87,18 @@ async def pg_schema(pg_url: str) -> AsyncIterator[str]:
 
 
 async def _backend(name: str, tmp_path: Path) -> AsyncIterator[Backend]:
+    redis_url = services.redis_url() if name.endswith("+redis") else None
     if name == "memory":
         backend = Backend(name)
-    elif name == "sqlite":
-        backend = Backend(name, url=f"sqlite:///{tmp_path / 'store.db'}")
+    elif name.startswith("sqlite"):
+        backend = Backend(name, url=f"sqlite:///{tmp_path / 'store.db'}", redis_url=redis_url)
     else:
-        backend = Backend(name, url=services.pg_url(), schema=new_schema())
+        backend = Backend(name, url=services.pg_url(), schema=new_schema(), redis_url=redis_url)
     try:
         yield backend
     finally:
         await backend.close()
-        if backend.name == "postgresql":
+        if backend.schema is not None:
             assert backend.url and backend.schema
             await drop_schema(backend.url, backend.schema)
 
@@ -99,9 +118,14 @@ async def sql_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIt
 
 
 @pytest.fixture
-async def cp(backend: Backend) -> tenxstore.CheckpointRepository:
+async def cp(backend: Backend) -> Any:
     """A set-up checkpointer with the default options, on every backend."""
     return await backend.make()
+
+
+@pytest.fixture
+def redis_url() -> str:
+    return services.redis_url()
 
 
 Factory = Callable[..., Awaitable[tenxstore.CheckpointRepository]]

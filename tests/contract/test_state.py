@@ -31,13 +31,14 @@ async def test_write_then_read(cp: CheckpointRepository) -> None:
     assert reader["_checkpoint_version"] == 1
     assert await cp.aput_state(config, {"step": 2}) == 2
     assert await cp.aget_state(reader) == {"step": 2}
-    assert await cp.aput_state_cache(cfg(), {"step": 9}, 9) is False
+    # Cached: version 2 is cached, so version 1 is refused. Bare: there is no cache.
+    assert await cp.aput_state_cache(cfg(), {"step": 1}, 1) is False
 
 
 async def test_the_three_runs_of_the_seed_document(cp: CheckpointRepository) -> None:
     a, b, c = cfg(), cfg(), cfg()
     for run in (a, b, c):
-        assert await cp.aget_state(run) is None
+        assert await cp.aget_state_cache(run) is None
         assert run["_checkpoint_version"] == 0
     assert await cp.aput_checkpoint(a, {"by": "A"}) == 1
     for loser in (b, c):
@@ -49,8 +50,9 @@ async def test_the_three_runs_of_the_seed_document(cp: CheckpointRepository) -> 
             1,
         )
     assert await cp.aget_messages(cfg()) == []  # nothing of the losers was written
-    assert await cp.aget_state(b) == {"by": "A"}
+    assert await cp.aget_state_cache(b) == {"by": "A"}
     assert await cp.aput_checkpoint(b, {"by": "B"}) == 2
+    assert await cp.aget_state_cache(cfg()) == {"by": "B"}
     assert await cp.aget_state(cfg()) == {"by": "B"}
 
 
@@ -127,7 +129,7 @@ async def test_message_order_survives_many_writes(cp: CheckpointRepository) -> N
 async def test_ten_first_writers_race_on_a_new_thread(cp: CheckpointRepository) -> None:
     configs = [cfg("fresh") for _ in range(10)]
     for config in configs:
-        await cp.aget_state(config)
+        await cp.aget_state_cache(config)
 
     async def write(i: int, config: dict[str, Any]) -> int | StaleStateError:
         try:
@@ -151,7 +153,7 @@ async def test_contention_read_increment_write(cp: CheckpointRepository) -> None
         for _ in range(cycles):
             while True:
                 config = cfg("counter")
-                state = await cp.aget_state(config) or {"n": 0}
+                state = await cp.aget_state_cache(config) or {"n": 0}
                 await asyncio.sleep(0)  # let the others read the same version
                 try:
                     await cp.aput_state(config, {"n": state["n"] + 1})

@@ -1,0 +1,465 @@
+"""The Redis hot cache: keys, versions, the guard, invalidation, and a Redis that fails."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from redis.asyncio import ConnectionPool, Redis
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import create_async_engine
+
+import tenxstore
+from tenxstore import (
+    AuthPolicy,
+    CachedCheckpointer,
+    CheckpointRepository,
+    PgCheckpointer,
+    SqliteCheckpointer,
+    StaleStateError,
+)
+from tenxstore.cache import cache_key
+from tests.conftest import drop_schema, new_schema
+
+
+def cfg(thread: str = "t1", user: str = "alice", **extra: Any) -> dict[str, Any]:
+    return {"thread_id": thread, "user_id": user, **extra}
+
+
+@contextmanager
+def sql_statements(cp: CachedCheckpointer) -> Iterator[list[str]]:
+    seen: list[str] = []
+
+    def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        seen.append(statement)
+
+    engine = cp.inner.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+@pytest.fixture
+async def repo(tmp_path: Path) -> AsyncIterator[CheckpointRepository]:
+    repository = CheckpointRepository(f"sqlite:///{tmp_path / 'c.db'}")
+    await repository.asetup()
+    yield repository
+    await repository.aclose()
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_url)
+    prefix = "cachetest"
+    yield client
+    keys = [k async for k in client.scan_iter(match=f"{prefix}*")]
+    if keys:
+        await client.delete(*keys)
+    await client.aclose()
+
+
+@pytest.fixture
+async def wrap(repo: CheckpointRepository) -> AsyncIterator[Any]:
+    """Build CachedCheckpointers around the test's repository; close them afterwards."""
+    made: list[CachedCheckpointer] = []
+
+    def make(**options: Any) -> CachedCheckpointer:
+        cp = CachedCheckpointer(repo, **options)
+        made.append(cp)
+        return cp
+
+    yield make
+    for cp in made:
+        await cp.aclose()
+
+
+@pytest.fixture
+async def cached(wrap: Any, redis_url: str, redis_client: Redis) -> CachedCheckpointer:
+    await redis_client.delete(*[k async for k in redis_client.scan_iter("cachetest:*")] or ["x"])
+    cp: CachedCheckpointer = wrap(redis_url=redis_url, key_prefix="cachetest", cache_ttl=600)
+    return cp
+
+
+def public_methods(cls: type) -> dict[str, inspect.Signature]:
+    return {
+        name: inspect.signature(member)
+        for name, member in inspect.getmembers(cls, inspect.isfunction)
+        if not name.startswith("_")
+    }
+
+
+def test_the_decorator_has_the_repositorys_interface() -> None:
+    assert public_methods(CachedCheckpointer) == public_methods(CheckpointRepository)
+    for preset in (PgCheckpointer, SqliteCheckpointer, tenxstore.InMemoryCheckpointer):
+        assert public_methods(preset) == public_methods(CheckpointRepository)
+
+
+def test_keys_are_verbatim_or_encoded_without_collisions() -> None:
+    assert cache_key("state_cache", "t-1.x_y", "u", True) == "state_cache:t-1.x_y:u"
+    assert cache_key("state_cache", "t", "u", False) == "state_cache:t:*"
+    assert cache_key("p", "a:b", "c", True) != cache_key("p", "a", "b:c", True)
+    assert cache_key("p", "*", "u", True) != cache_key("p", "t", "u", False).replace("t", "*")
+    assert cache_key("p", "t", "*", True) != cache_key("p", "t", None, False)
+    samples = ["a", "a:b", "b:c", ":", "~", "~YQ", "*", "é", "a b", "YQ", "a.b", "a%", "c"]
+    keys = {cache_key("p", t, u, True) for t in samples for u in samples}
+    assert len(keys) == len(samples) ** 2
+    assert all(k.count(":") == 2 for k in keys)
+
+
+async def test_write_stores_the_state_with_its_version_and_ttl(
+    cached: CachedCheckpointer, redis_client: Redis
+) -> None:
+    assert await cached.aput_checkpoint(cfg(), {"a": 1}) == 1
+    raw = await redis_client.get("cachetest:t1:alice")
+    assert raw is not None and raw.startswith(b'{"__checkpoint_version__":1,')
+    assert tenxstore.serde.decode(raw) == {"__checkpoint_version__": 1, "a": 1}
+    assert 590_000 < await redis_client.pttl("cachetest:t1:alice") <= 600_000
+
+
+async def test_no_ttl(wrap: Any, redis_url: str, redis_client: Redis) -> None:
+    cp = wrap(redis_url=redis_url, key_prefix="cachetest", cache_ttl=None)
+    await cp.aput_state(cfg("forever"), {})
+    assert await redis_client.pttl("cachetest:forever:alice") == -1
+    assert tenxstore.serde.decode(await redis_client.get("cachetest:forever:alice")) == {
+        "__checkpoint_version__": 1
+    }
+
+
+async def test_a_hit_restores_the_version_and_runs_no_sql(cached: CachedCheckpointer) -> None:
+    await cached.aput_checkpoint(cfg(), {"a": 1})
+    await cached.aput_checkpoint(cfg(), {"a": 2})
+    config = cfg()
+    with sql_statements(cached) as seen:
+        assert await cached.aget_state_cache(config) == {"a": 2}
+    assert seen == []
+    assert config["_checkpoint_version"] == 2
+    assert await cached.aput_checkpoint(config, {"a": 3}) == 3
+
+
+async def test_a_miss_reads_the_database_and_refreshes(
+    cached: CachedCheckpointer, redis_client: Redis
+) -> None:
+    await cached.inner.aput_state(cfg(), {"from": "db"})  # written behind the cache's back
+    config = cfg()
+    with sql_statements(cached) as seen:
+        assert await cached.aget_state_cache(config) == {"from": "db"}
+    assert len(seen) >= 1 and config["_checkpoint_version"] == 1
+    assert await redis_client.exists("cachetest:t1:alice")
+    with sql_statements(cached) as seen:
+        assert await cached.aget_state_cache(cfg()) == {"from": "db"}
+    assert seen == []
+    absent = cfg("nowhere")
+    assert await cached.aget_state_cache(absent) is None
+    assert absent["_checkpoint_version"] == 0
+
+
+async def test_the_guard_refuses_an_older_version(
+    cached: CachedCheckpointer, redis_client: Redis
+) -> None:
+    await cached.aput_state(cfg(), {"v": 1})
+    await cached.aput_state(cfg(), {"v": 2})
+    assert await cached.aput_state_cache(cfg(), {"v": "old"}, 1) is False
+    assert await cached.aput_state_cache(cfg(), {"v": "same"}, 2) is True
+    assert await cached.aput_state_cache(cfg(), {"v": "newer"}, 10) is True
+    assert await cached.aput_state_cache(cfg(), {"v": "older"}, 9) is False
+    config = cfg()
+    assert await cached.aget_state_cache(config) == {"v": "newer"}
+    assert config["_checkpoint_version"] == 10
+    with pytest.raises(tenxstore.SerializationError):
+        await cached.aput_state_cache(cfg(), {"__checkpoint_version__": 1}, 11)
+    with pytest.raises(ValueError):
+        await cached.aput_state_cache(cfg(), {}, -1)
+
+
+async def test_a_conflict_drops_the_entry(cached: CachedCheckpointer, redis_client: Redis) -> None:
+    loser = cfg()
+    await cached.aget_state_cache(loser)
+    await cached.aput_state(cfg(), {"winner": True})
+    assert await redis_client.exists("cachetest:t1:alice")
+    with pytest.raises(StaleStateError):
+        await cached.aput_state(loser, {"winner": False})
+    assert not await redis_client.exists("cachetest:t1:alice")
+
+
+async def test_colon_ids_never_share_an_entry(cached: CachedCheckpointer) -> None:
+    await cached.aput_state(cfg("a:b", "c"), {"who": "thread a:b of c"})
+    await cached.aput_state(cfg("a", "b:c"), {"who": "thread a of b:c"})
+    assert await cached.aget_state_cache(cfg("a:b", "c")) == {"who": "thread a:b of c"}
+    assert await cached.aget_state_cache(cfg("a", "b:c")) == {"who": "thread a of b:c"}
+    assert await cached.aget_state_cache(cfg("a:b", "b:c")) is None
+
+
+async def test_cached_entries_respect_isolation(cached: CachedCheckpointer) -> None:
+    await cached.aput_state(cfg(), {"secret": 1})
+    assert await cached.aget_state_cache(cfg(user="mallory")) is None
+    admin = {"thread_id": "t1", "auth_policy": AuthPolicy(enforce_user_isolation=False)}
+    assert await cached.aget_state_cache(dict(admin)) == {"secret": 1}  # cached under "*"
+    await cached.aput_state(cfg(), {"secret": 2})  # invalidates the "*" entry
+    assert await cached.aget_state_cache(dict(admin)) == {"secret": 2}
+    await cached.aput_state({**admin, "user_id": "alice"}, {"secret": 3})
+    assert await cached.aget_state_cache(cfg()) == {"secret": 3}
+    assert await cached.aget_state_cache(cfg(user="mallory")) is None
+
+
+async def test_clean_thread_drops_the_entry(
+    cached: CachedCheckpointer, redis_client: Redis
+) -> None:
+    await cached.aput_state(cfg(), {"v": 1})
+    assert await cached.aclean_thread(cfg()) is True
+    assert not await redis_client.exists("cachetest:t1:alice")
+    assert await cached.aget_state_cache(cfg()) is None
+
+
+async def test_a_stale_entry_after_a_crash_costs_one_conflict(cached: CachedCheckpointer) -> None:
+    await cached.aput_state(cfg(), {"n": 1})
+    # The process died between a commit and its cache write: the cache keeps version 1.
+    await cached.inner.aput_state(cfg(), {"n": 2})
+    run = cfg()
+    assert await cached.aget_state_cache(run) == {"n": 1}
+    with pytest.raises(StaleStateError) as err:
+        await cached.aput_state(run, {"n": 2})
+    assert (err.value.expected_version, err.value.actual_version) == (1, 2)
+    retry = cfg()
+    assert await cached.aget_state_cache(retry) == {"n": 2}
+    assert await cached.aput_state(retry, {"n": 3}) == 3
+    assert await cached.aget_state(cfg()) == {"n": 3}
+
+
+def count_redis_commands(cp: CachedCheckpointer) -> list[str]:
+    """Instrument the client: every command it sends is appended to the list."""
+    sent: list[str] = []
+    client = cp.redis
+    original = client.execute_command
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        sent.append(str(args[0]))
+        return await original(*args, **kwargs)
+
+    client.execute_command = counting
+    return sent
+
+
+async def exercise(cp: CachedCheckpointer, rounds: int = 5) -> None:
+    for i in range(rounds):
+        config = cfg()
+        state = await cp.aget_state_cache(config) or {"n": 0}
+        assert state["n"] == i
+        await cp.aput_checkpoint(config, {"n": i + 1}, [{"id": f"m{i}"}])
+    assert await cp.aclean_thread(cfg()) is True
+
+
+async def test_a_refused_redis_is_ignored_and_not_retried_each_call(wrap: Any) -> None:
+    cp = wrap(redis_url="redis://127.0.0.1:1/0", redis_backoff=60)
+    sent = count_redis_commands(cp)
+    await exercise(cp)
+    assert len(sent) == 1  # the first call failed; the window kept the rest away
+    assert cp._redis is not None and cp._redis.down_until > time.monotonic()
+    assert await cp.aput_state_cache(cfg(), {"x": 1}, 1) is False
+
+
+@pytest.fixture
+async def black_hole() -> AsyncIterator[int]:
+    """A TCP port that accepts connections and never answers."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def swallow(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    yield server.sockets[0].getsockname()[1]
+    for w in held:
+        w.close()
+    server.close()
+    await server.wait_closed()
+
+
+async def test_a_black_holed_redis_costs_one_bounded_wait(wrap: Any, black_hole: int) -> None:
+    cp = wrap(redis_url=f"redis://127.0.0.1:{black_hole}/0", redis_timeout=0.2, redis_backoff=60)
+    sent = count_redis_commands(cp)
+    await exercise(cp)
+    assert len(sent) == 1
+
+
+async def test_a_caller_client_is_bounded_too(wrap: Any, black_hole: int) -> None:
+    patient = Redis(host="127.0.0.1", port=black_hole, socket_timeout=30)
+    cp = wrap(redis=patient, redis_timeout=0.2, redis_backoff=60)
+    started = asyncio.get_running_loop().time()
+    assert await cp.aget_state_cache(cfg()) is None
+    assert asyncio.get_running_loop().time() - started < 5  # not the client's 30 s
+    await patient.aclose()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """A redis-server owned by the test, on a spare loopback port."""
+
+    def __init__(self, directory: Path) -> None:
+        self.port, self.directory = free_port(), directory
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        assert binary, "redis-server is required for this test"
+        self.process = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            except OSError:
+                time.sleep(0.02)  # waiting for a server to listen, not for a race
+        raise RuntimeError("redis-server did not start")
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(10)
+
+
+async def test_redis_dies_and_returns(wrap: Any, tmp_path: Path) -> None:
+    server = RedisServer(tmp_path)
+    server.start()
+    cp = wrap(redis_url=f"redis://127.0.0.1:{server.port}/0", redis_backoff=0.05)
+    try:
+        await cp.aput_state(cfg(), {"n": 1})
+        with sql_statements(cp) as seen:
+            assert await cp.aget_state_cache(cfg()) == {"n": 1}
+        assert seen == []
+        server.kill()
+        for n in (2, 3, 4):  # every call succeeds from the database
+            config = cfg()
+            assert await cp.aget_state_cache(config) == {"n": n - 1}
+            assert await cp.aput_state(config, {"n": n}) == n
+        server.start()  # a new, empty Redis on the same port
+        await asyncio.sleep(cp._redis.backoff * 4 if cp._redis else 0)  # the window is a time
+        config = cfg()
+        assert await cp.aget_state_cache(config) == {"n": 4}  # probe: miss, refresh
+        with sql_statements(cp) as seen:
+            assert await cp.aget_state_cache(cfg()) == {"n": 4}
+        assert seen == [], "the cache is used again after the restart"
+    finally:
+        server.kill()
+
+
+async def test_entries_that_went_stale_while_redis_was_unreachable_are_dropped(
+    wrap: Any, redis_url: str, redis_client: Redis
+) -> None:
+    cp = wrap(redis_url=redis_url, key_prefix="cachetest", redis_backoff=0.05)
+    await cp.aput_state(cfg(), {"n": 1})
+    assert cp._redis is not None
+    cp._redis.down_until = time.monotonic() + 0.05  # as after a failure: Redis not tried
+    await cp.aput_state(cfg(), {"n": 2})
+    assert await cp.aclean_thread(cfg()) is True
+    await asyncio.sleep(0.1)
+    assert await cp.aget_state_cache(cfg("other")) is None  # the first call that gets through
+    assert not await redis_client.exists("cachetest:t1:alice")
+    assert await cp.aget_state_cache(cfg()) is None
+
+
+async def test_pg_checkpointer_arguments(redis_url: str, pg_url: str) -> None:
+    with pytest.raises(ValueError):
+        PgCheckpointer(redis_url=redis_url)
+    with pytest.raises(ValueError):
+        PgCheckpointer(postgres_dsn=pg_url)
+    with pytest.raises(ValueError):
+        PgCheckpointer(postgres_dsn=pg_url, redis_url=redis_url, redis=Redis())
+    with pytest.raises(ValueError):
+        PgCheckpointer(postgres_dsn=pg_url, redis_url=redis_url, cache_ttl=0)
+    with pytest.raises(ValueError):
+        PgCheckpointer(postgres_dsn=pg_url, redis_url=redis_url, cache_ttl="1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        PgCheckpointer(postgres_dsn=pg_url, redis_url=redis_url, state_history_limit=0)
+    with pytest.raises(ValueError):
+        SqliteCheckpointer("x.db", cache_ttl=-1)
+
+
+@pytest.mark.parametrize("how", ["dsn", "engine", "asyncpg_pool", "redis_pool"])
+async def test_pg_checkpointer_end_to_end(how: str, pg_url: str, redis_url: str) -> None:
+    schema = new_schema()
+    closers: list[Any] = []
+    kwargs: dict[str, Any] = {"schema": schema, "cache_ttl": 60}
+    if how == "engine":
+        engine = create_async_engine(pg_url.replace("postgresql://", "postgresql+asyncpg://"))
+        kwargs["pg_pool"] = engine
+        closers.append(engine.dispose)
+    elif how == "asyncpg_pool":
+        pool = await asyncpg.create_pool(pg_url, min_size=1, max_size=3)
+        kwargs["pg_pool"] = pool
+        closers.append(pool.close)
+    else:
+        kwargs["postgres_dsn"] = pg_url
+    if how == "redis_pool":
+        redis_pool = ConnectionPool.from_url(redis_url)
+        kwargs["redis_pool"] = redis_pool
+        closers.append(redis_pool.disconnect)
+    else:
+        kwargs["redis_url"] = redis_url
+    try:
+        async with PgCheckpointer(**kwargs) as cp:
+            if how == "asyncpg_pool":
+                with pytest.raises(ValueError, match="asetup"):
+                    cp.setup()
+                await cp.asetup()
+            else:
+                cp.setup()
+            config = cfg(f"e2e-{how}")
+            for n in range(5):
+                state = await cp.aget_state_cache(config) or {"n": 0}
+                await cp.aput_checkpoint(config, {"n": state["n"] + 1}, [{"id": str(n)}])
+            assert await cp.aget_state(cfg(f"e2e-{how}")) == {"n": 5}
+            assert len(await cp.aget_messages(config)) == 5
+            assert await cp.arun_tool_once(config, "c", "t", {}, lambda: "ok") == "ok"
+            if how == "asyncpg_pool":
+                assert kwargs["pg_pool"].get_size() <= 3
+                assert kwargs["pg_pool"].get_idle_size() == kwargs["pg_pool"].get_size()
+            assert await cp.aclean_thread(config) is True
+    finally:
+        for close in closers:
+            await close()
+        await drop_schema(pg_url, schema)
+
+
+async def test_sqlite_checkpointer_with_redis(
+    tmp_path: Path, redis_url: str, redis_client: Redis
+) -> None:
+    async with SqliteCheckpointer(
+        tmp_path / "s.db", redis_url=redis_url, key_prefix="cachetest"
+    ) as cp:
+        await cp.asetup()
+        await cp.aput_state(cfg(), {"x": 1})
+        assert await redis_client.exists("cachetest:t1:alice")
+        with sql_statements(cp) as seen:
+            assert await cp.aget_state_cache(cfg()) == {"x": 1}
+        assert seen == []
