@@ -102,7 +102,9 @@ def encode_state(state: Any) -> str:
 def decode(text: str | bytes) -> Any:
     """Decode text written by :func:`encode`."""
     if isinstance(text, bytes):
-        text = text.decode()
+        if text[:1] == b" ":
+            return json.loads(text)
+        return orjson.loads(text)
     if text[:1] == _STDLIB_MARK:
         return json.loads(text)
     return orjson.loads(text)
