@@ -154,7 +154,7 @@ class InMemoryCheckpointer(_OptionalCache):
     """State in process memory (an in-memory SQLite database), for tests and development.
 
     Not durable: everything is lost when the process ends, and nothing is shared with
-    other processes or other instances.
+    other processes or other instances. The schema is created on first use.
     """
 
     def __init__(

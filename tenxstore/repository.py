@@ -158,6 +158,7 @@ class CheckpointRepository:
             weakref.WeakKeyDictionary()
         )
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._memory_ready = False
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -192,6 +193,7 @@ class CheckpointRepository:
         """
         async with self._turn():
             await self._migrate(self._engine)
+            self._memory_ready = self._memory
 
     async def _migrate(self, engine: AsyncEngine) -> None:
         await migrate.upgrade(
@@ -280,9 +282,20 @@ class CheckpointRepository:
         return lock
 
     @asynccontextmanager
+    async def _connect(self) -> AsyncIterator[AsyncConnection]:
+        """A connection, in turn on a single-connection database."""
+        async with self._turn():
+            if self._memory and not self._memory_ready:
+                # An in-memory database is new with every checkpointer: create its schema.
+                await self._migrate(self._engine)
+                self._memory_ready = True
+            async with self._engine.connect() as conn:
+                yield conn
+
+    @asynccontextmanager
     async def _write(self) -> AsyncIterator[AsyncConnection]:
         """One write transaction (PostgreSQL: row locks follow; SQLite: BEGIN IMMEDIATE)."""
-        async with self._turn(), self._engine.connect() as conn:
+        async with self._connect() as conn:
             if self._dialect == "sqlite":
                 await conn.execution_options(**{_dialect.WRITE_OPTION: True})
             async with conn.begin():
@@ -297,7 +310,7 @@ class CheckpointRepository:
         """
         for attempt in (1, 2):
             try:
-                async with self._turn(), self._engine.connect() as conn:
+                async with self._connect() as conn:
                     options = _dialect.read_options(self._dialect)
                     if options:
                         await conn.execution_options(**options)
@@ -357,35 +370,41 @@ class CheckpointRepository:
         return version
 
     @staticmethod
-    def _encode_messages(
-        messages: Iterable[Any],
-    ) -> tuple[list[tuple[dict[str, Any], str | None, str, str]], list[dict[str, Any]]]:
-        """Validate and encode messages; nothing is touched until all of them pass."""
+    def _encode_messages(messages: Iterable[Any]) -> list[dict[str, Any]]:
+        """Validate and encode messages into rows, first content per id.
+
+        Ids are assigned to the caller's dicts only once every message has encoded,
+        so a message that fails leaves all of them untouched.
+        """
         if isinstance(messages, (str, bytes, Mapping)):
             raise SerializationError("messages must be a sequence of dicts")
-        encoded: list[tuple[dict[str, Any], str | None, str, str]] = []
-        seen: set[str] = set()
-        rows: list[dict[str, Any]] = []
+        rows: dict[str, dict[str, Any]] = {}
+        assigned: list[tuple[dict[str, Any], str]] = []
         for i, message in enumerate(messages):
             if not isinstance(message, dict):
                 raise SerializationError(
                     f"messages[{i}] must be a dict, not {type(message).__name__}"
                 )
             given = message.get("id")
-            mid = uuid.uuid4().hex if given is None else _message_id(given)
-            payload = encode(message if given is not None else {**message, "id": mid}, "message")
+            if given is None:
+                mid = uuid.uuid4().hex
+                assigned.append((message, mid))
+                payload = encode({**message, "id": mid}, "message")
+            else:
+                mid = _message_id(given)
+                payload = encode(message, "message")
             role = message.get("role")
-            encoded.append((message, None if given is not None else mid, mid, payload))
-            if mid not in seen:  # the first content of an id is the one kept
-                seen.add(mid)
-                rows.append(
-                    {
-                        "message_id": mid,
-                        "role": role if isinstance(role, str) else None,
-                        "payload": payload,
-                    }
-                )
-        return encoded, rows
+            rows.setdefault(
+                mid,
+                {
+                    "message_id": mid,
+                    "role": role if isinstance(role, str) else None,
+                    "payload": payload,
+                },
+            )
+        for message, mid in assigned:
+            message["id"] = mid
+        return list(rows.values())
 
     # -- state -------------------------------------------------------------------
 
@@ -424,10 +443,7 @@ class CheckpointRepository:
         expected = recorded_version(config)
         payload = encode_state(state)
         meta_text = None if meta is None else self._encode_object(meta, "meta")
-        encoded, message_rows = self._encode_messages(messages)
-        for message, assigned, _mid, _payload in encoded:
-            if assigned is not None:
-                message["id"] = assigned
+        message_rows = self._encode_messages(messages)
         now = self._now()
         t, s = self._t.threads, self._t.states
         async with self._write() as conn:

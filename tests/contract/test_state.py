@@ -171,3 +171,11 @@ async def test_contention_read_increment_write(cp: CheckpointRepository) -> None
     versions = [s.version for s in await cp.alist_states(cfg("counter"))]
     assert versions == list(range(total, total - cp.state_history_limit, -1))
     assert conflicts > 0
+
+
+async def test_in_memory_needs_no_setup() -> None:
+    from tenxstore import InMemoryCheckpointer
+
+    async with InMemoryCheckpointer() as cp:
+        assert await cp.aget_state(cfg()) is None
+        assert await cp.aput_state(cfg(), {"x": 1}) == 1
