@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import ConnectionPool, Redis
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from redis.retry import Retry
 
 from .config import RunIds, read_config, recorded_version, set_recorded_version
@@ -147,6 +147,29 @@ class _Redis:
         keys, self.dirty = list(self.dirty), set()
         # One key per command: safe on a cluster, where keys live on different slots.
         await self.call("invalidate", lambda: self.delete_each(keys), keys)
+
+    async def put(self, key: str, args: list[Any], stale: list[str]) -> Any:
+        """EVALSHA the guarded put and DEL the ``stale`` keys in one round trip.
+
+        A pipeline, not a transaction: each command names one key, so it is safe on a
+        cluster. A Redis that lost its scripts (a restart) answers NOSCRIPT: the script
+        is loaded and the put sent again.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        pipe.evalsha(self.put_script.sha, 1, key, *args)
+        for other in stale:
+            pipe.delete(other)
+        results = await pipe.execute(raise_on_error=False)
+        for failure in results[1:]:
+            if isinstance(failure, Exception):
+                raise failure
+        stored = results[0]
+        if isinstance(stored, NoScriptError):
+            await self.client.script_load(_PUT_IF_NEWER)
+            stored = await self.client.evalsha(self.put_script.sha, 1, key, *args)
+        elif isinstance(stored, Exception):
+            raise stored
+        return stored
 
     async def delete_each(self, keys: list[str]) -> None:
         for key in keys:
@@ -291,16 +314,16 @@ class CachedCheckpointer:
             return [cache_key(self.key_prefix, ids.thread_id, ids.user_id, True)]
         return []
 
-    async def _put(self, key: str, state: dict[str, Any], version: int) -> bool:
+    async def _put(
+        self, key: str, state: dict[str, Any], version: int, stale: list[str] | None = None
+    ) -> bool:
+        """The guarded put of ``key``, and the deletion of ``stale`` keys, best effort."""
         payload = _payload(state, version)
         redis = self._redis
         if redis is None:
             return False
-        stored = await redis.call(
-            "put",
-            lambda: redis.put_script(keys=[key], args=[version, payload, self._ttl_ms]),
-            [key],
-        )
+        args, others = [version, payload, self._ttl_ms], stale or []
+        stored = await redis.call("put", lambda: redis.put(key, args, others), [key, *others])
         return bool(stored)
 
     async def _delete(self, keys: list[str]) -> None:
@@ -309,10 +332,7 @@ class CachedCheckpointer:
             await redis.call("delete", lambda: redis.delete_each(keys), keys)
 
     async def _after_write(self, ids: RunIds, state: dict[str, Any], version: int) -> None:
-        if self._redis is None:
-            return
-        key = self._key(ids)
-        await asyncio.gather(self._put(key, state, version), self._delete(self._other_keys(ids)))
+        await self._put(self._key(ids), state, version, self._other_keys(ids))
 
     # -- lifecycle ---------------------------------------------------------------
 

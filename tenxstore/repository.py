@@ -18,11 +18,25 @@ from contextlib import asynccontextmanager, nullcontext
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import URL, ColumnElement, and_, delete, insert, select, update
+from sqlalchemy import (
+    URL,
+    ColumnElement,
+    Text,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine, Row
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable
+from sqlalchemy.sql.elements import BindParameter
 
 from . import _dialect, migrate
 from ._tools import run_tool_once
@@ -44,7 +58,7 @@ from .errors import (
     ToolExecutionMismatch,
     ToolExecutionNotFound,
 )
-from .models import tables_for
+from .models import Tables, tables_for
 from .serde import decode, encode, encode_state
 from .types import StateSnapshot, ThreadInfo, ToolExecution
 
@@ -80,6 +94,97 @@ def _message_id(value: object) -> str:
     except ConfigError as exc:
         raise SerializationError(str(exc)) from None
     return result
+
+
+class _HotStatements:
+    """The statements of the hot path, built once per repository.
+
+    Building a Core statement and computing its cache key costs more than the round
+    trip of a one-row SELECT on loopback; built once with ``bindparam`` values, each
+    call only binds parameters and hits SQLAlchemy's compiled cache.
+    """
+
+    def __init__(self, tables: Tables, dialect: _dialect.DialectName) -> None:
+        t, s, m = tables.threads, tables.states, tables.messages
+        thread: BindParameter[Any] = bindparam("b_thread")
+        self.lock = (
+            select(t.c.user_id, t.c.version)
+            .where(t.c.thread_id == thread)
+            .with_for_update()  # dropped on SQLite, where BEGIN IMMEDIATE serializes
+        )
+        self.new_thread = _dialect.insert_ignore(dialect, t, "thread_id").values(
+            thread_id=thread,
+            user_id=bindparam("b_user"),
+            version=0,
+            created_at=bindparam("b_now"),
+            updated_at=bindparam("b_now"),
+        )
+        self.insert_state = insert(s)
+        self.insert_messages = _dialect.insert_ignore(dialect, m, "thread_id", "message_id")
+        self.bump = (
+            update(t)
+            .where(t.c.thread_id == thread)
+            .values(version=bindparam("b_version"), updated_at=bindparam("b_now"))
+        )
+        self.prune = delete(s).where(s.c.thread_id == thread, s.c.version <= bindparam("b_upto"))
+        self.write_all = self._write_all(tables) if dialect == "postgresql" else None
+        head = select(t.c.version, s.c.state_data).select_from(
+            t.outerjoin(s, and_(s.c.thread_id == t.c.thread_id, s.c.version == t.c.version))
+        )
+        self.head_state = head.where(t.c.thread_id == thread)
+        self.head_state_of_user = head.where(
+            t.c.thread_id == thread, t.c.user_id == bindparam("b_user")
+        )
+
+    @staticmethod
+    def _write_all(tables: Tables) -> Executable:
+        """PostgreSQL: the state insert, message inserts, version bump and prune in ONE
+        statement (data-modifying CTEs), sent once the thread row is locked.
+
+        Messages travel as parallel arrays through ``unnest(...) WITH ORDINALITY`` so the
+        statement is the same for any number of them (one prepared statement) and their
+        sequence numbers follow the caller's order. The prune's CTE reads the snapshot
+        taken before the insert, and only ever deletes versions below the new one.
+        """
+        t, s, m = tables.threads, tables.states, tables.messages
+        thread: BindParameter[Any] = bindparam("b_thread")
+        now: BindParameter[Any] = bindparam("b_now")
+        new_state = insert(s).values(
+            thread_id=thread,
+            version=bindparam("b_version"),
+            state_data=bindparam("b_state"),
+            meta=bindparam("b_meta"),
+            created_at=now,
+        )
+        batch = func.unnest(
+            bindparam("b_ids", type_=ARRAY(Text())),
+            bindparam("b_roles", type_=ARRAY(Text())),
+            bindparam("b_payloads", type_=ARRAY(Text())),
+        ).table_valued("message_id", "role", "payload", with_ordinality="ord")
+        batch = batch.render_derived(name="batch")
+        new_messages = (
+            pg_insert(m)
+            .from_select(
+                ["thread_id", "message_id", "role", "payload", "created_at"],
+                select(
+                    thread.label("thread_id"),
+                    batch.c.message_id,
+                    batch.c.role,
+                    batch.c.payload,
+                    now.label("created_at"),
+                ).order_by(batch.c.ord),
+            )
+            .on_conflict_do_nothing(index_elements=["thread_id", "message_id"])
+        )
+        prune = delete(s).where(s.c.thread_id == thread, s.c.version <= bindparam("b_upto"))
+        return (
+            update(t)
+            .where(t.c.thread_id == thread)
+            .values(version=bindparam("b_version"), updated_at=now)
+            .add_cte(new_state.cte("new_state"))
+            .add_cte(new_messages.cte("new_messages"))
+            .add_cte(prune.cte("pruned"))
+        )
 
 
 class CheckpointRepository:
@@ -152,6 +257,7 @@ class CheckpointRepository:
         self.enforce_user_isolation = enforce_user_isolation
         self.tool_lease_seconds = self._lease.total_seconds()
         self._t = tables_for(self._id_type, self._user_id_type)
+        self._hot = _HotStatements(self._t, self._dialect)
         # An in-memory SQLite database is one connection: its transactions take turns.
         self._memory = self._dialect == "sqlite" and _dialect.is_memory(engine.url)
         self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
@@ -301,7 +407,9 @@ class CheckpointRepository:
             async with conn.begin():
                 yield conn
 
-    async def _fetch(self, stmt: Executable) -> Sequence[Row[Any]]:
+    async def _fetch(
+        self, stmt: Executable, params: dict[str, Any] | None = None
+    ) -> Sequence[Row[Any]]:
         """Run one read statement; retried once on a connection found dead.
 
         Reads are idempotent, so a pooled connection that died while idle (a restarted
@@ -314,7 +422,7 @@ class CheckpointRepository:
                     options = _dialect.read_options(self._dialect)
                     if options:
                         await conn.execution_options(**options)
-                    return (await conn.execute(stmt)).all()
+                    return (await conn.execute(stmt, params)).all()
             except DBAPIError as exc:
                 if attempt == 2 or not exc.connection_invalidated:
                     raise
@@ -349,21 +457,11 @@ class CheckpointRepository:
 
     async def _lock_thread(self, conn: AsyncConnection, ids: RunIds, now: datetime) -> int:
         """Create the thread if absent, lock its row, check the owner; return its version."""
-        t = self._t.threads
-        locked = select(t.c.user_id, t.c.version).where(t.c.thread_id == ids.thread_id)
-        locked = locked.with_for_update()  # dropped on SQLite, where BEGIN IMMEDIATE serializes
-        row = (await conn.execute(locked)).first()
+        key = {"b_thread": ids.thread_id}
+        row = (await conn.execute(self._hot.lock, key)).first()
         if row is None:
-            await conn.execute(
-                _dialect.insert_ignore(self._dialect, t, "thread_id").values(
-                    thread_id=ids.thread_id,
-                    user_id=ids.user_id,
-                    version=0,
-                    created_at=now,
-                    updated_at=now,
-                )
-            )
-            row = (await conn.execute(locked)).one()
+            await conn.execute(self._hot.new_thread, {**key, "b_user": ids.user_id, "b_now": now})
+            row = (await conn.execute(self._hot.lock, key)).one()
         if ids.isolated and row.user_id != ids.user_id:
             raise ThreadOwnershipError(ids.thread_id, ids.user_id)
         version: int = row.version
@@ -445,46 +543,66 @@ class CheckpointRepository:
         meta_text = None if meta is None else self._encode_object(meta, "meta")
         message_rows = self._encode_messages(messages)
         now = self._now()
-        t, s = self._t.threads, self._t.states
+        hot = self._hot
         async with self._write() as conn:
             head = await self._lock_thread(conn, ids, now)
             if expected is not None and expected != head:
                 raise StaleStateError(ids.thread_id, expected, head)
             version = head + 1
-            await conn.execute(
-                insert(s).values(
-                    thread_id=ids.thread_id,
-                    version=version,
-                    state_data=payload,
-                    meta=meta_text,
-                    created_at=now,
-                )
-            )
-            if message_rows:
-                stmt = _dialect.insert_ignore(
-                    self._dialect, self._t.messages, "thread_id", "message_id"
-                )
+            if hot.write_all is not None:
                 await conn.execute(
-                    stmt,
-                    [
-                        {**row, "thread_id": ids.thread_id, "created_at": now}
-                        for row in message_rows
-                    ],
+                    hot.write_all,
+                    {
+                        "b_thread": ids.thread_id,
+                        "b_version": version,
+                        "b_state": payload,
+                        "b_meta": meta_text,
+                        "b_now": now,
+                        "b_ids": [r["message_id"] for r in message_rows],
+                        "b_roles": [r["role"] for r in message_rows],
+                        "b_payloads": [r["payload"] for r in message_rows],
+                        "b_upto": version - self.state_history_limit,
+                    },
                 )
-            await conn.execute(
-                update(t)
-                .where(t.c.thread_id == ids.thread_id)
-                .values(version=version, updated_at=now)
-            )
-            if version > self.state_history_limit:
-                await conn.execute(
-                    delete(s).where(
-                        s.c.thread_id == ids.thread_id,
-                        s.c.version <= version - self.state_history_limit,
-                    )
-                )
+            else:
+                await self._write_rows(conn, ids, version, payload, meta_text, message_rows, now)
         set_recorded_version(config, version)
         return version
+
+    async def _write_rows(
+        self,
+        conn: AsyncConnection,
+        ids: RunIds,
+        version: int,
+        payload: str,
+        meta_text: str | None,
+        message_rows: list[dict[str, Any]],
+        now: datetime,
+    ) -> None:
+        """The state write as separate statements (SQLite, where a round trip is free)."""
+        hot = self._hot
+        await conn.execute(
+            hot.insert_state,
+            {
+                "thread_id": ids.thread_id,
+                "version": version,
+                "state_data": payload,
+                "meta": meta_text,
+                "created_at": now,
+            },
+        )
+        if message_rows:
+            for row in message_rows:
+                row["thread_id"], row["created_at"] = ids.thread_id, now
+            await conn.execute(hot.insert_messages, message_rows)
+        await conn.execute(
+            hot.bump, {"b_thread": ids.thread_id, "b_version": version, "b_now": now}
+        )
+        if version > self.state_history_limit:
+            await conn.execute(
+                hot.prune,
+                {"b_thread": ids.thread_id, "b_upto": version - self.state_history_limit},
+            )
 
     async def aput_state(
         self, config: dict[str, Any], state: dict[str, Any], *, meta: dict[str, Any] | None = None
@@ -495,15 +613,12 @@ class CheckpointRepository:
     async def aget_state(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The latest durable state, or None; records its version (0 when none) in config."""
         ids = self._ids(config)
-        t, s = self._t.threads, self._t.states
-        stmt = (
-            select(t.c.version, s.c.state_data)
-            .select_from(
-                t.outerjoin(s, and_(s.c.thread_id == t.c.thread_id, s.c.version == t.c.version))
+        if ids.isolated:
+            rows = await self._fetch(
+                self._hot.head_state_of_user, {"b_thread": ids.thread_id, "b_user": ids.user_id}
             )
-            .where(self._owned(ids))
-        )
-        rows = await self._fetch(stmt)
+        else:
+            rows = await self._fetch(self._hot.head_state, {"b_thread": ids.thread_id})
         row = rows[0] if rows else None
         if row is None or row.state_data is None:
             set_recorded_version(config, 0 if row is None else row.version)

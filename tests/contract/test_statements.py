@@ -1,9 +1,13 @@
 """Round trips on the hot path, counted with an engine event (PostgreSQL and SQLite).
 
-A steady-state durable write is: lock the thread row, insert the state, insert the
-new messages, bump the head version, prune — five statements; SQLite adds its
-``BEGIN IMMEDIATE``. The first write to a thread adds the insert of the thread row
-and the re-select that locks it. A read is one statement.
+PostgreSQL: a steady-state durable write is two statements — lock the thread row
+(``SELECT ... FOR UPDATE``), then one statement of data-modifying CTEs that inserts
+the state and the messages, bumps the head version and prunes — plus asyncpg's BEGIN
+and COMMIT. The first write to a thread adds the thread's insert and the re-select
+that locks it. A read is one statement, in autocommit.
+
+SQLite, where a statement costs no round trip: BEGIN IMMEDIATE, the lock select,
+then the insert, messages, bump and prune as separate statements.
 """
 
 from __future__ import annotations
@@ -35,18 +39,19 @@ def counting(repo: CheckpointRepository) -> Iterator[list[str]]:
 
 async def test_statements_per_operation(sql_backend: Backend) -> None:
     repo = await sql_backend.make(state_history_limit=2)
-    begin = 1 if repo.dialect == "sqlite" else 0
+    sqlite = repo.dialect == "sqlite"
+    begin = 1 if sqlite else 0
     config = {"thread_id": "t", "user_id": "u"}
     with counting(repo) as first:
         await repo.aput_checkpoint(config, {"n": 0}, [{"id": "m0"}])
-    assert len(first) <= 6 + begin, first  # no prune yet: 4 + thread insert + re-select
+    assert len(first) == (7 if sqlite else 4), first  # + thread insert and re-select
     for n in (1, 2):
         with counting(repo) as steady:
             await repo.aput_checkpoint(config, {"n": n}, [{"id": f"m{n}a"}, {"id": f"m{n}b"}])
-    assert len(steady) <= 5 + begin, steady
+    assert len(steady) == (6 if sqlite else 2), steady
     with counting(repo) as no_messages:
         await repo.aput_state(config, {"n": 3})
-    assert len(no_messages) <= 4 + begin, no_messages
+    assert len(no_messages) == (5 if sqlite else 2), no_messages
     for read in (repo.aget_state, repo.aget_messages, repo.aget_thread, repo.alist_states):
         with counting(repo) as reads:
             await read(config)  # type: ignore[operator]
