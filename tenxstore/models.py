@@ -10,8 +10,9 @@ holding JSON written by :mod:`tenxstore.serde`, not JSONB: JSONB rejects
 ``\\u0000`` and integers it cannot hold exactly, and every JSON value must
 round-trip.
 
-Tables carry no schema; at run time the engine's ``schema_translate_map`` places
-them, and migrations do the same.
+The declared tables carry no schema: migrations place them with a transaction-local
+``search_path`` (and ``version_table_schema``), and the repository uses copies bound
+to its schema (:func:`tables_for`).
 """
 
 from __future__ import annotations
@@ -160,16 +161,28 @@ class Tables(NamedTuple):
     tool_executions: Table
 
 
-def tables_for(id_type: IdType = "string", user_id_type: IdType = "string") -> Tables:
-    """The tables with thread and user id columns of the given types."""
-    if id_type == "string" and user_id_type == "string":
+def tables_for(
+    id_type: IdType = "string", user_id_type: IdType = "string", schema: str | None = None
+) -> Tables:
+    """The tables with thread and user id columns of the given types, in ``schema``.
+
+    The repository's statements name the schema directly rather than through the
+    engine's ``schema_translate_map``: a translate map is applied to the SQL string of
+    every execution, which costs more on a one-row read than the work around it.
+    """
+    if id_type == "string" and user_id_type == "string" and schema is None:
         metadata = Base.metadata
     else:
         metadata = MetaData(naming_convention=NAMING_CONVENTION)
         for table in Base.metadata.sorted_tables:
-            copy = table.to_metadata(metadata)
+            copy = (
+                table.to_metadata(metadata, schema=schema)
+                if schema
+                else table.to_metadata(metadata)
+            )
             copy.c.thread_id.type = id_sql_type(id_type)
             if "user_id" in copy.c:
                 copy.c.user_id.type = id_sql_type(user_id_type)
+    prefix = f"{schema}." if schema else ""
     t = metadata.tables
-    return Tables(t["threads"], t["states"], t["messages"], t["tool_executions"])
+    return Tables(*(t[prefix + name] for name in Tables._fields))

@@ -248,15 +248,14 @@ class CheckpointRepository:
         self._dialect = _dialect.dialect_of(engine)
         if schema is not None and self._dialect == "sqlite":
             raise ConfigError("schema= is a PostgreSQL option; SQLite has no schemas")
-        self._base_engine = engine
-        self._engine = (
-            engine.execution_options(schema_translate_map={None: schema}) if schema else engine
-        )
+        self._engine = engine
+        # Reads are single statements: on PostgreSQL they run in autocommit.
+        self._read_engine = self._engine.execution_options(**_dialect.read_options(self._dialect))
         self.schema = schema
         self.state_history_limit = state_history_limit
         self.enforce_user_isolation = enforce_user_isolation
         self.tool_lease_seconds = self._lease.total_seconds()
-        self._t = tables_for(self._id_type, self._user_id_type)
+        self._t = tables_for(self._id_type, self._user_id_type, schema)
         self._hot = _HotStatements(self._t, self._dialect)
         # An in-memory SQLite database is one connection: its transactions take turns.
         self._memory = self._dialect == "sqlite" and _dialect.is_memory(engine.url)
@@ -270,7 +269,7 @@ class CheckpointRepository:
 
     @property
     def engine(self) -> AsyncEngine:
-        """The engine, with the schema translation applied."""
+        """The engine."""
         return self._engine
 
     @property
@@ -316,7 +315,7 @@ class CheckpointRepository:
             ConfigError: The engine borrows from an asyncpg pool, which belongs to
                 its own event loop: call ``await asetup()`` there instead.
         """
-        if getattr(self._base_engine.sync_engine, "_tenxstore_borrowed", False):
+        if getattr(self._engine.sync_engine, "_tenxstore_borrowed", False):
             raise ConfigError(
                 "setup() cannot borrow from an asyncpg pool outside its event loop; "
                 "call `await checkpointer.asetup()` on that loop"
@@ -326,16 +325,11 @@ class CheckpointRepository:
             if self._memory:  # the database is the one connection: use it
                 await self.asetup()
                 return
-            base = self._base_engine
+            base = self._engine
             private = AsyncEngine(Engine(base.sync_engine.pool.recreate(), base.dialect, base.url))
             _dialect.prepare_engine(private)
             try:
-                translate = {None: self.schema} if self.schema else None
-                await self._migrate(
-                    private.execution_options(schema_translate_map=translate)
-                    if translate
-                    else private
-                )
+                await self._migrate(private)
             finally:
                 await private.dispose()
 
@@ -362,7 +356,7 @@ class CheckpointRepository:
     async def aclose(self) -> None:
         """Close the connection pool if this repository created it."""
         if self._owns_engine:
-            await self._base_engine.dispose()
+            await self._engine.dispose()
 
     async def __aenter__(self) -> CheckpointRepository:
         return self
@@ -378,7 +372,7 @@ class CheckpointRepository:
         if loop is not self._loop:
             if self._loop is not None and not self._memory and self._owns_engine:
                 # Pooled asyncpg connections are bound to the loop that opened them.
-                self._base_engine.sync_engine.dispose(close=False)
+                self._engine.sync_engine.dispose(close=False)
             self._loop = loop
         if not self._memory:
             return nullcontext()
@@ -388,14 +382,14 @@ class CheckpointRepository:
         return lock
 
     @asynccontextmanager
-    async def _connect(self) -> AsyncIterator[AsyncConnection]:
+    async def _connect(self, engine: AsyncEngine | None = None) -> AsyncIterator[AsyncConnection]:
         """A connection, in turn on a single-connection database."""
         async with self._turn():
             if self._memory and not self._memory_ready:
                 # An in-memory database is new with every checkpointer: create its schema.
                 await self._migrate(self._engine)
                 self._memory_ready = True
-            async with self._engine.connect() as conn:
+            async with (engine or self._engine).connect() as conn:
                 yield conn
 
     @asynccontextmanager
@@ -418,10 +412,7 @@ class CheckpointRepository:
         """
         for attempt in (1, 2):
             try:
-                async with self._connect() as conn:
-                    options = _dialect.read_options(self._dialect)
-                    if options:
-                        await conn.execution_options(**options)
+                async with self._connect(self._read_engine) as conn:
                     return (await conn.execute(stmt, params)).all()
             except DBAPIError as exc:
                 if attempt == 2 or not exc.connection_invalidated:
