@@ -32,7 +32,8 @@ async def run(cp: SqliteCheckpointer, name: str, steps: int) -> int:
                 break
             except StaleStateError as exc:
                 conflicts += 1
-                print(f"  {name} lost a race ({exc.expected_version} -> {exc.actual_version}); retrying")
+                seen = f"{exc.expected_version} -> {exc.actual_version}"
+                print(f"  {name} lost a race ({seen}); retrying")
     return conflicts
 
 
