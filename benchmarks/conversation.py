@@ -108,10 +108,12 @@ async def tenx_system(name: str, cp: Any, reader: str, engine: Any, schema: str 
 class Raw:
     """The same work on the raw drivers: the floor this design can reach."""
 
-    def __init__(self, pool: Any, redis: Redis, schema: str, limit: int = 20) -> None:
-        self.pool, self.redis, self.limit = pool, redis, limit
+    def __init__(
+        self, pool: Any, redis: Redis, schema: str, thread: str = "bench", limit: int = 20
+    ) -> None:
+        self.pool, self.redis, self.thread, self.limit = pool, redis, thread, limit
         self.version = 0
-        self.key = cache_key("raw_cache", "bench", "u", True)
+        self.key = cache_key("raw_cache", thread, "u", True)
         s = f'"{schema}"'
         self.sql = {
             "lock": f"SELECT user_id, version FROM {s}.threads WHERE thread_id = $1 FOR UPDATE",
@@ -130,22 +132,22 @@ class Raw:
         }
 
     async def write(self, state: dict[str, Any], messages: list[dict[str, Any]]) -> int:
-        now = datetime.now(timezone.utc)
+        now, thread = datetime.now(timezone.utc), self.thread
         payload = encode_state(state)
-        rows = [("bench", m["id"], m["role"], orjson.dumps(m).decode(), now) for m in messages]
+        rows = [(thread, m["id"], m["role"], orjson.dumps(m).decode(), now) for m in messages]
         async with self.pool.acquire() as con, con.transaction():
-            row = await con.fetchrow(self.sql["lock"], "bench")
+            row = await con.fetchrow(self.sql["lock"], thread)
             if row is None:
-                await con.execute(self.sql["upsert"], "bench", "u", now)
-                row = await con.fetchrow(self.sql["lock"], "bench")
+                await con.execute(self.sql["upsert"], thread, "u", now)
+                row = await con.fetchrow(self.sql["lock"], thread)
             if row["user_id"] != "u" or row["version"] != self.version:
-                raise StaleStateError("bench", self.version, row["version"])
+                raise StaleStateError(thread, self.version, row["version"])
             version = row["version"] + 1
-            await con.execute(self.sql["state"], "bench", version, payload, now)
+            await con.execute(self.sql["state"], thread, version, payload, now)
             await con.executemany(self.sql["messages"], rows)
-            await con.execute(self.sql["bump"], "bench", version, now)
+            await con.execute(self.sql["bump"], thread, version, now)
             if version > self.limit:
-                await con.execute(self.sql["prune"], "bench", version - self.limit)
+                await con.execute(self.sql["prune"], thread, version - self.limit)
         self.version = version
         await self.redis.set(self.key, orjson.dumps({**state, "__v": version}), px=86_400_000)
         return version
@@ -155,7 +157,7 @@ class Raw:
         return None if raw is None else orjson.loads(raw)
 
     async def read_db(self) -> Any:
-        row = await self.pool.fetchrow(self.sql["read"], "bench", "u")
+        row = await self.pool.fetchrow(self.sql["read"], self.thread, "u")
         return None if row is None or row["state_data"] is None else decode(row["state_data"])
 
 
@@ -403,8 +405,7 @@ async def throughput(threads: int, turns: int) -> dict[str, float]:
 
     async def raw_conversation(i: int) -> None:
         rng = random.Random(i)
-        raw = Raw(pool, redis, raw_schema)
-        raw.key = cache_key("raw_cache", f"tp-{i}", "u", True)
+        raw = Raw(pool, redis, raw_schema, thread=f"tp-{i}")
         context: list[dict[str, Any]] = []
         for turn in range(1, turns + 1):
             await raw.read_cached()
@@ -413,7 +414,7 @@ async def throughput(threads: int, turns: int) -> dict[str, float]:
                 {"id": f"{turn}-a", "role": "assistant", "content": words(rng)},
             ]
             context = [*context, *new][-20:]
-            await raw_write_thread(raw, f"tp-{i}", next_state(turn, context, rng), new)
+            await raw.write(next_state(turn, context, rng), new)
 
     try:
         for name, fn in (("raw", raw_conversation), ("tenx-pg+redis", tenx_conversation)):
@@ -427,26 +428,6 @@ async def throughput(threads: int, turns: int) -> dict[str, float]:
         await drop_schema(PG_URL, schema)
         await drop_schema(PG_URL, raw_schema)
     return results
-
-
-async def raw_write_thread(
-    raw: Raw, thread: str, state: dict[str, Any], messages: list[dict[str, Any]]
-) -> None:
-    now = datetime.now(timezone.utc)
-    payload = encode_state(state)
-    rows = [(thread, m["id"], m["role"], orjson.dumps(m).decode(), now) for m in messages]
-    async with raw.pool.acquire() as con, con.transaction():
-        row = await con.fetchrow(raw.sql["lock"], thread)
-        if row is None:
-            await con.execute(raw.sql["upsert"], thread, "u", now)
-            row = await con.fetchrow(raw.sql["lock"], thread)
-        version = row["version"] + 1
-        await con.execute(raw.sql["state"], thread, version, payload, now)
-        await con.executemany(raw.sql["messages"], rows)
-        await con.execute(raw.sql["bump"], thread, version, now)
-        if version > raw.limit:
-            await con.execute(raw.sql["prune"], thread, version - raw.limit)
-    await raw.redis.set(raw.key, orjson.dumps({**state, "__v": version}), px=86_400_000)
 
 
 # -- reporting -----------------------------------------------------------------------

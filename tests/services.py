@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import socket
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -43,34 +44,37 @@ def _docker_available() -> bool:
         return False
 
 
+def _service(env: str, default: str, port: int, name: str, container: Any) -> str:
+    url = os.environ.get(env, default)
+    if _reachable(url, port):
+        return url
+    if _asked(env):
+        pytest.fail(f"{name} was asked for at {url} and is unreachable", pytrace=False)
+    if _docker_available():
+        return str(container())
+    pytest.skip(f"no {name} at {url} and no Docker; set {env}")
+
+
+def _pg_container() -> str:
+    from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found]
+
+    return str(PostgresContainer("postgres:16", driver=None).start().get_connection_url())
+
+
+def _redis_container() -> str:
+    from testcontainers.redis import RedisContainer  # type: ignore[import-not-found]
+
+    started = RedisContainer("redis:7").start()
+    return f"redis://{started.get_container_host_ip()}:{started.get_exposed_port(6379)}/0"
+
+
 @functools.cache
 def pg_url() -> str:
     """The PostgreSQL URL for this test run (fails or skips by the rule above)."""
-    url = os.environ.get("TENXSTORE_TEST_PG_URL", DEFAULT_PG_URL)
-    if _reachable(url, 5432):
-        return url
-    if _asked("TENXSTORE_TEST_PG_URL"):
-        pytest.fail(f"PostgreSQL was asked for at {url} and is unreachable", pytrace=False)
-    if _docker_available():
-        from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found]
-
-        container = PostgresContainer("postgres:16", driver=None).start()
-        return str(container.get_connection_url())
-    pytest.skip(f"no PostgreSQL at {url} and no Docker; set TENXSTORE_TEST_PG_URL")
+    return _service("TENXSTORE_TEST_PG_URL", DEFAULT_PG_URL, 5432, "PostgreSQL", _pg_container)
 
 
 @functools.cache
 def redis_url() -> str:
     """The Redis URL for this test run (fails or skips by the rule above)."""
-    url = os.environ.get("TENXSTORE_TEST_REDIS_URL", DEFAULT_REDIS_URL)
-    if _reachable(url, 6379):
-        return url
-    if _asked("TENXSTORE_TEST_REDIS_URL"):
-        pytest.fail(f"Redis was asked for at {url} and is unreachable", pytrace=False)
-    if _docker_available():
-        from testcontainers.redis import RedisContainer  # type: ignore[import-not-found]
-
-        container = RedisContainer("redis:7").start()
-        host, port = container.get_container_host_ip(), container.get_exposed_port(6379)
-        return f"redis://{host}:{port}/0"
-    pytest.skip(f"no Redis at {url} and no Docker; set TENXSTORE_TEST_REDIS_URL")
+    return _service("TENXSTORE_TEST_REDIS_URL", DEFAULT_REDIS_URL, 6379, "Redis", _redis_container)
