@@ -3,6 +3,8 @@
 from .cache import CachedCheckpointer
 from .errors import (
     ConfigError,
+    ConnectionLost,
+    LockTimeout,
     SerializationError,
     StaleStateError,
     TenxStoreError,
@@ -20,7 +22,9 @@ __all__ = [
     "CachedCheckpointer",
     "CheckpointRepository",
     "ConfigError",
+    "ConnectionLost",
     "InMemoryCheckpointer",
+    "LockTimeout",
     "PgCheckpointer",
     "SerializationError",
     "SqliteCheckpointer",

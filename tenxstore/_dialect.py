@@ -25,6 +25,7 @@ from sqlalchemy import Table, event, make_url
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.dml import Insert
@@ -36,7 +37,9 @@ __all__ = [
     "DialectName",
     "async_url",
     "dialect_of",
+    "died_before_sending",
     "insert_ignore",
+    "is_lock_timeout",
     "is_memory",
     "make_engine",
     "prepare_engine",
@@ -45,8 +48,11 @@ __all__ = [
 
 DialectName = Literal["postgresql", "sqlite"]
 WRITE_OPTION = "tenxstore_write"
-SQLITE_BUSY_TIMEOUT_S = 30.0
+DEFAULT_LOCK_TIMEOUT_S = 30.0
+_FOREVER_MS = 2**31 - 1
 _PREPARED = "_tenxstore_prepared"
+_PG_LOCK_NOT_AVAILABLE = "55P03"
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 
 
 def async_url(url: str | URL) -> URL:
@@ -83,32 +89,58 @@ def is_memory(url: URL) -> bool:
     return database in ("", ":memory:") or "mode=memory" in database
 
 
-def make_engine(url: str | URL, options: dict[str, Any] | None = None) -> AsyncEngine:
+def _timeout_ms(lock_timeout: float | None) -> int:
+    return _FOREVER_MS if lock_timeout is None else max(1, int(lock_timeout * 1000))
+
+
+def make_engine(
+    url: str | URL,
+    options: dict[str, Any] | None = None,
+    lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT_S,
+) -> AsyncEngine:
     """Create an engine for ``url`` with tenxstore's defaults, overridable by ``options``."""
     parsed = async_url(url)
     kwargs: dict[str, Any] = {}
     if parsed.get_backend_name() == "sqlite":
+        connect_args: dict[str, Any] = {"timeout": _timeout_ms(lock_timeout) / 1000}
         if is_memory(parsed):
             kwargs["poolclass"] = StaticPool
-            kwargs["connect_args"] = {"check_same_thread": False}
-        kwargs["connect_args"] = {
-            **kwargs.get("connect_args", {}),
-            "timeout": SQLITE_BUSY_TIMEOUT_S,
-        }
+            connect_args["check_same_thread"] = False
+        kwargs["connect_args"] = connect_args
     else:
         kwargs.update(pool_size=10, max_overflow=10, pool_recycle=1800)
     kwargs.update(options or {})
     engine = create_async_engine(parsed, **kwargs)
-    prepare_engine(engine)
+    prepare_engine(engine, lock_timeout)
     return engine
 
 
-def prepare_engine(engine: AsyncEngine) -> None:
-    """Install the SQLite transaction and pragma hooks (once per engine)."""
-    if engine.dialect.name != "sqlite" or getattr(engine.sync_engine, _PREPARED, False):
+def prepare_engine(
+    engine: AsyncEngine, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT_S
+) -> None:
+    """Install per-connection settings (once per engine).
+
+    Both dialects bound how long a writer waits for a lock (``lock_timeout``; None
+    waits as long as the database lets it): PostgreSQL's ``lock_timeout``, SQLite's
+    busy timeout. SQLite also gets its transaction and pragma hooks.
+    """
+    if getattr(engine.sync_engine, _PREPARED, False):
+        return
+    setattr(engine.sync_engine, _PREPARED, True)
+    timeout_ms = _timeout_ms(lock_timeout)
+    if engine.dialect.name == "postgresql":
+        if lock_timeout is not None:
+
+            @event.listens_for(engine.sync_engine, "connect")
+            def _on_pg_connect(dbapi_connection: Any, _record: Any) -> None:
+                cursor = dbapi_connection.cursor()
+                try:
+                    cursor.execute(f"SET lock_timeout = {timeout_ms}")
+                finally:
+                    cursor.close()
+
         return
     memory = is_memory(engine.url)
-    setattr(engine.sync_engine, _PREPARED, True)
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -117,7 +149,7 @@ def prepare_engine(engine: AsyncEngine) -> None:
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+            cursor.execute(f"PRAGMA busy_timeout={timeout_ms}")
             if not memory:
                 cursor.execute("PRAGMA journal_mode=WAL")
         finally:
@@ -127,6 +159,44 @@ def prepare_engine(engine: AsyncEngine) -> None:
     def _on_begin(conn: Connection) -> None:
         immediate = conn.get_execution_options().get(WRITE_OPTION, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def _driver_error(exc: DBAPIError) -> BaseException | None:
+    """The driver's own exception behind SQLAlchemy's (asyncpg's sits under the adapter's)."""
+    seen: BaseException | None = exc.orig
+    for _ in range(4):
+        if seen is None or type(seen).__module__.startswith("asyncpg"):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def died_before_sending(exc: DBAPIError) -> bool:
+    """Whether the driver refused to send because the connection was already closed.
+
+    asyncpg raises its client-side ``InterfaceError`` when a pooled connection that
+    the server dropped while idle is used again: nothing reached the server. A
+    connection lost in the middle of a statement is a ``PostgresConnectionError``
+    instead, and what it did is not known.
+    """
+    if not exc.connection_invalidated:
+        return False
+    try:
+        from asyncpg.exceptions import PostgresError
+        from asyncpg.exceptions._base import InterfaceError
+    except ImportError:  # pragma: no cover - asyncpg is a dependency
+        return False
+    cause = _driver_error(exc)
+    return isinstance(cause, InterfaceError) and not isinstance(cause, PostgresError)
+
+
+def is_lock_timeout(exc: DBAPIError) -> bool:
+    """Whether a driver error is a lock wait that ran out (by SQLSTATE / SQLite code)."""
+    orig = exc.orig
+    if getattr(orig, "sqlstate", None) == _PG_LOCK_NOT_AVAILABLE:
+        return True
+    code = getattr(orig, "sqlite_errorcode", None)  # Python 3.11+
+    return isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
 
 
 def insert_ignore(dialect: DialectName, table: Table, *conflict: str) -> Insert:

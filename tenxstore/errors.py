@@ -12,6 +12,8 @@ from typing import Any
 
 __all__ = [
     "ConfigError",
+    "ConnectionLost",
+    "LockTimeout",
     "SerializationError",
     "StaleStateError",
     "TenxStoreError",
@@ -66,6 +68,27 @@ class ThreadOwnershipError(TenxStoreError, PermissionError):
 
 class SerializationError(TenxStoreError, TypeError):
     """A state, message, argument or result cannot be stored; nothing was written."""
+
+
+class ConnectionLost(TenxStoreError, ConnectionError):
+    """The database connection dropped in the middle of a call.
+
+    A write is never replayed behind the caller's back. ``committed`` says what is
+    known of it: ``False`` when the connection died before COMMIT was sent (nothing
+    was written), ``None`` when it died during COMMIT (it may have been applied:
+    re-read before deciding to write again).
+    """
+
+    def __init__(self, message: str, committed: bool | None = False) -> None:
+        super().__init__(message)
+        self.committed = committed
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.committed))
+
+
+class LockTimeout(TenxStoreError, TimeoutError):
+    """A write waited longer than ``lock_timeout`` for the thread's lock; nothing was written."""
 
 
 class ToolExecutionInProgress(TenxStoreError):

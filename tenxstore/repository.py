@@ -51,6 +51,8 @@ from .config import (
 )
 from .errors import (
     ConfigError,
+    ConnectionLost,
+    LockTimeout,
     SerializationError,
     StaleStateError,
     ThreadOwnershipError,
@@ -201,6 +203,9 @@ class CheckpointRepository:
         engine_options: Keyword arguments for ``create_async_engine`` (pool size...).
         tool_lease_seconds: How long a tool-call claim is held before another worker
             may take it over.
+        lock_timeout: Seconds a write waits for a thread's lock before it fails with
+            :class:`LockTimeout` (PostgreSQL ``lock_timeout``, SQLite busy timeout,
+            set on every connection tenxstore uses); ``None`` waits indefinitely.
 
     Raises:
         ConfigError: An argument is invalid (a ``ValueError``).
@@ -217,7 +222,11 @@ class CheckpointRepository:
         user_id_type: str = "string",
         engine_options: dict[str, Any] | None = None,
         tool_lease_seconds: float = 900,
+        lock_timeout: float | None = _dialect.DEFAULT_LOCK_TIMEOUT_S,
     ) -> None:
+        if lock_timeout is not None:
+            lock_timeout = _check_positive_number("lock_timeout", lock_timeout)
+        self.lock_timeout = lock_timeout
         if isinstance(state_history_limit, bool) or not isinstance(state_history_limit, int):
             raise ConfigError(f"state_history_limit must be an int, not {state_history_limit!r}")
         if state_history_limit < 1:
@@ -238,9 +247,10 @@ class CheckpointRepository:
             if engine_options:
                 raise ConfigError("engine_options apply only to engines tenxstore creates")
             engine, self._owns_engine = url_or_engine, False
-            _dialect.prepare_engine(engine)
+            _dialect.prepare_engine(engine, lock_timeout)
         elif isinstance(url_or_engine, (str, URL)):
-            engine, self._owns_engine = _dialect.make_engine(url_or_engine, engine_options), True
+            engine = _dialect.make_engine(url_or_engine, engine_options, lock_timeout)
+            self._owns_engine = True
         else:
             raise ConfigError(
                 f"url_or_engine must be a URL or an AsyncEngine, not {type(url_or_engine).__name__}"
@@ -249,8 +259,11 @@ class CheckpointRepository:
         if schema is not None and self._dialect == "sqlite":
             raise ConfigError("schema= is a PostgreSQL option; SQLite has no schemas")
         self._engine = engine
-        # Reads are single statements: on PostgreSQL they run in autocommit.
-        self._read_engine = self._engine.execution_options(**_dialect.read_options(self._dialect))
+        # PostgreSQL: reads are single statements in autocommit, and writes send their
+        # own BEGIN/COMMIT (see _write), so SQLAlchemy starts no transaction of its own.
+        self._autocommit_engine = self._engine.execution_options(
+            **_dialect.read_options(self._dialect)
+        )
         self.schema = schema
         self.state_history_limit = state_history_limit
         self.enforce_user_isolation = enforce_user_isolation
@@ -327,7 +340,7 @@ class CheckpointRepository:
                 return
             base = self._engine
             private = AsyncEngine(Engine(base.sync_engine.pool.recreate(), base.dialect, base.url))
-            _dialect.prepare_engine(private)
+            _dialect.prepare_engine(private, self.lock_timeout)
             try:
                 await self._migrate(private)
             finally:
@@ -393,13 +406,76 @@ class CheckpointRepository:
                 yield conn
 
     @asynccontextmanager
-    async def _write(self) -> AsyncIterator[AsyncConnection]:
-        """One write transaction (PostgreSQL: row locks follow; SQLite: BEGIN IMMEDIATE)."""
-        async with self._connect() as conn:
+    async def _write(self, thread_id: Any) -> AsyncIterator[tuple[AsyncConnection, Any]]:
+        """One write transaction that has locked the thread's row (None: no such row).
+
+        SQLite takes the database's write lock with ``BEGIN IMMEDIATE`` (its busy
+        timeout bounds the wait). PostgreSQL sends ``BEGIN`` itself, then the lock
+        (``SELECT ... FOR UPDATE``) as the first statement. A ``BEGIN`` that fails
+        because the pooled connection is dead never started a transaction, so it is
+        tried once more on a fresh connection (the disconnect has marked the pool's
+        older connections invalid). Once it has started, a lost connection raises
+        :class:`ConnectionLost` — including a writer killed while it waits for the
+        lock — and the write is never replayed.
+        """
+        committing = False
+        try:
             if self._dialect == "sqlite":
-                await conn.execution_options(**{_dialect.WRITE_OPTION: True})
-            async with conn.begin():
-                yield conn
+                async with self._connect() as conn:
+                    await conn.execution_options(**{_dialect.WRITE_OPTION: True})
+                    async with conn.begin():
+                        row = (await conn.execute(self._hot.lock, {"b_thread": thread_id})).first()
+                        yield conn, row
+                        committing = True  # the block's exit commits
+                return
+            for attempt in (1, 2):
+                async with self._connect(self._autocommit_engine) as conn:
+                    try:
+                        await conn.exec_driver_sql("BEGIN")
+                    except DBAPIError as exc:
+                        if attempt == 1 and exc.connection_invalidated:
+                            continue  # dead on arrival: no transaction ever started
+                        raise
+                    try:
+                        row = (await conn.execute(self._hot.lock, {"b_thread": thread_id})).first()
+                        yield conn, row
+                    except BaseException:
+                        await self._rollback(conn)
+                        raise
+                    committing = True
+                    await conn.exec_driver_sql("COMMIT")
+                    return
+        except DBAPIError as exc:
+            raise self._translate(exc, committing) from exc
+
+    @staticmethod
+    async def _rollback(conn: AsyncConnection) -> None:
+        """Roll back a transaction begun with ``BEGIN``; a connection that cannot is
+        invalidated, so it never returns to the pool inside a transaction."""
+        if conn.invalidated:
+            return
+        try:
+            await conn.exec_driver_sql("ROLLBACK")
+        except Exception:
+            if not conn.invalidated:
+                await conn.invalidate()
+
+    def _translate(self, exc: DBAPIError, committing: bool) -> Exception:
+        """A driver error as the caller's error, by class and SQLSTATE/SQLite code."""
+        if exc.connection_invalidated:
+            if committing:
+                return ConnectionLost(
+                    "the connection was lost during COMMIT; the write may have been "
+                    "applied: re-read the thread before writing again",
+                    committed=None,
+                )
+            return ConnectionLost("the connection was lost before COMMIT; nothing was written")
+        if _dialect.is_lock_timeout(exc):
+            return LockTimeout(
+                f"waited more than {self.lock_timeout:g}s for the thread's lock; "
+                "nothing was written"
+            )
+        return exc
 
     async def _fetch(
         self, stmt: Executable, params: dict[str, Any] | None = None
@@ -412,11 +488,11 @@ class CheckpointRepository:
         """
         for attempt in (1, 2):
             try:
-                async with self._connect(self._read_engine) as conn:
+                async with self._connect(self._autocommit_engine) as conn:
                     return (await conn.execute(stmt, params)).all()
             except DBAPIError as exc:
                 if attempt == 2 or not exc.connection_invalidated:
-                    raise
+                    raise self._translate(exc, committing=False) from exc
         raise AssertionError("unreachable")
 
     # -- helpers -----------------------------------------------------------------
@@ -446,17 +522,23 @@ class CheckpointRepository:
         """A subquery of the call's thread id, empty when the caller may not see it."""
         return select(self._t.threads.c.thread_id).where(self._owned(ids)).scalar_subquery()
 
-    async def _lock_thread(self, conn: AsyncConnection, ids: RunIds, now: datetime) -> int:
-        """Create the thread if absent, lock its row, check the owner; return its version."""
-        key = {"b_thread": ids.thread_id}
-        row = (await conn.execute(self._hot.lock, key)).first()
+    async def _claim_thread(
+        self, conn: AsyncConnection, ids: RunIds, row: Any, now: datetime
+    ) -> int:
+        """Given the locked row (or None), create the thread if absent and check its
+        owner; return its head version."""
         if row is None:
+            key = {"b_thread": ids.thread_id}
             await conn.execute(self._hot.new_thread, {**key, "b_user": ids.user_id, "b_now": now})
             row = (await conn.execute(self._hot.lock, key)).one()
-        if ids.isolated and row.user_id != ids.user_id:
-            raise ThreadOwnershipError(ids.thread_id, ids.user_id)
+        self._check_owner(ids, row)
         version: int = row.version
         return version
+
+    @staticmethod
+    def _check_owner(ids: RunIds, row: Any) -> None:
+        if ids.isolated and row.user_id != ids.user_id:
+            raise ThreadOwnershipError(ids.thread_id, ids.user_id)
 
     @staticmethod
     def _encode_messages(messages: Iterable[Any]) -> list[dict[str, Any]]:
@@ -535,8 +617,8 @@ class CheckpointRepository:
         message_rows = self._encode_messages(messages)
         now = self._now()
         hot = self._hot
-        async with self._write() as conn:
-            head = await self._lock_thread(conn, ids, now)
+        async with self._write(ids.thread_id) as (conn, locked):
+            head = await self._claim_thread(conn, ids, locked, now)
             if expected is not None and expected != head:
                 raise StaleStateError(ids.thread_id, expected, head)
             version = head + 1
@@ -718,8 +800,8 @@ class CheckpointRepository:
             values["metadata"] = self._encode_object(metadata, "metadata")
         now = self._now()
         t = self._t.threads
-        async with self._write() as conn:
-            await self._lock_thread(conn, ids, now)
+        async with self._write(ids.thread_id) as (conn, locked):
+            await self._claim_thread(conn, ids, locked, now)
             row = (
                 await conn.execute(
                     update(t)
@@ -764,16 +846,10 @@ class CheckpointRepository:
         """
         ids = self._ids(config)
         t = self._t.threads
-        async with self._write() as conn:
-            row = (
-                await conn.execute(
-                    select(t.c.user_id).where(t.c.thread_id == ids.thread_id).with_for_update()
-                )
-            ).first()
-            if row is None:
+        async with self._write(ids.thread_id) as (conn, locked):
+            if locked is None:
                 return False
-            if ids.isolated and row.user_id != ids.user_id:
-                raise ThreadOwnershipError(ids.thread_id, ids.user_id)
+            self._check_owner(ids, locked)
             # Children first and explicitly: no reliance on ON DELETE CASCADE being enforced.
             for child in (self._t.states, self._t.messages, self._t.tool_executions):
                 await conn.execute(delete(child).where(child.c.thread_id == ids.thread_id))
@@ -806,18 +882,14 @@ class CheckpointRepository:
             lease_expires_at=_utc(row.lease_expires_at),
         )
 
-    async def _locked_call(self, conn: AsyncConnection, ids: RunIds, tool_call_id: str) -> Row[Any]:
-        """Lock an existing thread, check its owner, and return the call's row."""
-        t, x = self._t.threads, self._t.tool_executions
-        owner = (
-            await conn.execute(
-                select(t.c.user_id).where(t.c.thread_id == ids.thread_id).with_for_update()
-            )
-        ).first()
-        if owner is not None and ids.isolated and owner.user_id != ids.user_id:
-            raise ThreadOwnershipError(ids.thread_id, ids.user_id)
+    async def _call_row(
+        self, conn: AsyncConnection, ids: RunIds, locked: Any, tool_call_id: str
+    ) -> Row[Any]:
+        """The call's row under the locked thread row, checking the owner first."""
+        x = self._t.tool_executions
         row = None
-        if owner is not None:
+        if locked is not None:
+            self._check_owner(ids, locked)
             row = (
                 await conn.execute(
                     select(*x.c).where(
@@ -852,8 +924,8 @@ class CheckpointRepository:
         args_text = self._encode_object(args, "args")
         now = self._now()
         x = self._t.tool_executions
-        async with self._write() as conn:
-            await self._lock_thread(conn, ids, now)
+        async with self._write(ids.thread_id) as (conn, locked):
+            await self._claim_thread(conn, ids, locked, now)
             row = (
                 await conn.execute(
                     select(*x.c).where(x.c.thread_id == ids.thread_id, x.c.tool_call_id == call_id)
@@ -941,8 +1013,8 @@ class CheckpointRepository:
         self, ids: RunIds, call_id: str, status: str, *, result: str | None, error: str | None
     ) -> ToolExecution:
         x = self._t.tool_executions
-        async with self._write() as conn:
-            row = await self._locked_call(conn, ids, call_id)
+        async with self._write(ids.thread_id) as (conn, locked):
+            row = await self._call_row(conn, ids, locked, call_id)
             if row.status != "succeeded":
                 row = (
                     await conn.execute(

@@ -1,52 +1,168 @@
-"""Connections killed under the pool (PostgreSQL): reads recover, writes never replay."""
+"""Faults under the pool: killed connections, killed writers, bounded lock waits."""
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+import time
 import uuid
+from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy.exc import DBAPIError
 
-from tenxstore import CheckpointRepository
-
-
-async def kill_backends(url: str, application_name: str) -> int:
-    admin = await asyncpg.connect(url)
-    try:
-        killed = await admin.fetch(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE application_name = $1 AND pid <> pg_backend_pid()",
-            application_name,
-        )
-        return len(killed)
-    finally:
-        await admin.close()
+from tenxstore import CheckpointRepository, ConnectionLost, LockTimeout
 
 
-async def test_killed_connections(pg_url: str, pg_schema: str) -> None:
-    name = f"tenx-{uuid.uuid4().hex[:8]}"
-    repo = CheckpointRepository(
-        pg_url,
-        schema=pg_schema,
-        engine_options={"connect_args": {"server_settings": {"application_name": name}}},
+def cfg() -> dict[str, Any]:
+    return {"thread_id": "t", "user_id": "u"}
+
+
+async def backends(admin: Any, name: str, waiting: bool = False) -> list[int]:
+    rows = await admin.fetch(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = $1 "
+        "AND pid <> pg_backend_pid() AND ($2 = false OR wait_event_type = 'Lock')",
+        name,
+        waiting,
     )
+    return [r["pid"] for r in rows]
+
+
+async def kill(admin: Any, pids: list[int], *, settle: bool = False) -> None:
+    """Terminate backends; with ``settle``, also let them go and the client see it,
+    as when a server drops idle connections some time before they are used again."""
+    for pid in pids:
+        await admin.execute("SELECT pg_terminate_backend($1)", pid)
+    if settle:
+        deadline = time.monotonic() + 10
+        while await admin.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = any($1::int[])", pids
+        ):
+            assert time.monotonic() < deadline, "the backends did not exit"
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # the client reads the EOF of each dropped socket
+
+
+@pytest.fixture
+async def admin(pg_url: str) -> Any:
+    conn = await asyncpg.connect(pg_url)
+    yield conn
+    await conn.close()
+
+
+def named_repo(pg_url: str, schema: str, **options: Any) -> tuple[CheckpointRepository, str]:
+    name = f"tenx-{uuid.uuid4().hex[:8]}"
+    engine_options = {"connect_args": {"server_settings": {"application_name": name}}}
+    return CheckpointRepository(
+        pg_url, schema=schema, engine_options=engine_options, **options
+    ), name
+
+
+async def test_killed_idle_connections_cost_nothing(
+    pg_url: str, pg_schema: str, admin: Any
+) -> None:
+    repo, name = named_repo(pg_url, pg_schema)
     try:
         await repo.asetup()
-        config = {"thread_id": "t", "user_id": "u"}
-        await repo.aput_state(config, {"n": 1})
-        assert await kill_backends(pg_url, name) >= 1
-        # A read on a dead pooled connection is retried once, on a fresh connection.
-        assert await repo.aget_state({"thread_id": "t", "user_id": "u"}) == {"n": 1}
-
+        config = cfg()
         await repo.aget_state(config)
-        assert await kill_backends(pg_url, name) >= 1
-        # A write on a dead connection raises; it is not replayed behind the caller's back.
-        with pytest.raises(DBAPIError) as err:
-            await repo.aput_state(config, {"n": 2})
-        assert err.value.connection_invalidated
-        assert await repo.aget_state({"thread_id": "t", "user_id": "u"}) == {"n": 1}
-        # The pool does not hand the dead connection out again: the next write succeeds.
+        await repo.aput_state(config, {"n": 1})
+        await kill(admin, await backends(admin, name))
+        # A read on a dead pooled connection is retried once, on a fresh connection.
+        assert await repo.aget_state(cfg()) == {"n": 1}
+        await repo.aget_state(config)
+        await kill(admin, await backends(admin, name))
+        # A write whose connection was dead on arrival had sent nothing: it runs on a
+        # fresh connection. Its compare-and-swap still holds.
+        assert await repo.aput_state(config, {"n": 2}) == 2
+        assert await repo.aget_state(cfg()) == {"n": 2}
+    finally:
+        await repo.aclose()
+
+
+async def hold_lock(admin: Any, schema: str) -> Any:
+    """Another writer that holds the thread's row lock until its transaction ends."""
+    transaction = admin.transaction()
+    await transaction.start()
+    await admin.execute(f'SELECT 1 FROM "{schema}".threads WHERE thread_id = $1 FOR UPDATE', "t")
+    return transaction
+
+
+async def waiting_writer(admin: Any, name: str) -> list[int]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        pids = await backends(admin, name, waiting=True)
+        if pids:
+            return pids
+        await asyncio.sleep(0.01)  # polling for the writer to reach the lock, not a race
+    raise AssertionError("the writer never waited on the lock")
+
+
+async def test_a_writer_killed_while_waiting_on_the_lock(
+    pg_url: str, pg_schema: str, admin: Any
+) -> None:
+    repo, name = named_repo(pg_url, pg_schema)
+    try:
+        await repo.asetup()
+        config = cfg()
+        await repo.aput_state(config, {"n": 1})
+        holder = await hold_lock(admin, pg_schema)
+        write = asyncio.ensure_future(repo.aput_state(config, {"n": "killed"}))
+        await kill(admin, await waiting_writer(admin, name))
+        with pytest.raises(ConnectionLost) as err:
+            await asyncio.wait_for(write, 10)  # an error, not a hang
+        assert err.value.committed is False
+        await holder.rollback()
+        reader = cfg()
+        assert await repo.aget_state(reader) == {"n": 1}  # nothing of it is visible
+        assert await repo.aput_state(reader, {"n": 2}) == 2
+    finally:
+        await repo.aclose()
+
+
+async def test_lock_waits_are_bounded_on_postgresql(
+    pg_url: str, pg_schema: str, admin: Any
+) -> None:
+    repo, _ = named_repo(pg_url, pg_schema, lock_timeout=0.2)
+    try:
+        await repo.asetup()
+        config = cfg()
+        await repo.aput_state(config, {"n": 1})
+        holder = await hold_lock(admin, pg_schema)
+        with pytest.raises(LockTimeout):
+            await asyncio.wait_for(repo.aput_state(config, {"n": "blocked"}), 10)
+        with pytest.raises(TimeoutError):  # LockTimeout is a TimeoutError
+            await asyncio.wait_for(repo.aclean_thread(cfg()), 10)
+        await holder.rollback()
+        assert await repo.aget_state(cfg()) == {"n": 1}
         assert await repo.aput_state(config, {"n": 2}) == 2
     finally:
         await repo.aclose()
+
+
+async def test_lock_waits_are_bounded_on_sqlite(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    repo = CheckpointRepository(f"sqlite:///{path}", lock_timeout=0.2)
+    try:
+        await repo.asetup()
+        config = cfg()
+        await repo.aput_state(config, {"n": 1})
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(LockTimeout):
+                await asyncio.wait_for(repo.aput_state(config, {"n": "blocked"}), 10)
+            assert await repo.aget_state(cfg()) == {"n": 1}  # readers are not blocked (WAL)
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert await repo.aput_state(config, {"n": 2}) == 2
+    finally:
+        await repo.aclose()
+
+
+def test_lock_timeout_is_validated() -> None:
+    for bad in (0, -1, "1", True):
+        with pytest.raises(ValueError):
+            CheckpointRepository("sqlite:///x.db", lock_timeout=bad)  # type: ignore[arg-type]

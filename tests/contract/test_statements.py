@@ -1,10 +1,10 @@
 """Round trips on the hot path, counted with an engine event (PostgreSQL and SQLite).
 
-PostgreSQL: a steady-state durable write is two statements — lock the thread row
-(``SELECT ... FOR UPDATE``), then one statement of data-modifying CTEs that inserts
-the state and the messages, bumps the head version and prunes — plus asyncpg's BEGIN
-and COMMIT. The first write to a thread adds the thread's insert and the re-select
-that locks it. A read is one statement, in autocommit.
+PostgreSQL: a steady-state durable write is four round trips — BEGIN, lock the
+thread row (``SELECT ... FOR UPDATE``), one statement of data-modifying CTEs that
+inserts the state and the messages, bumps the head version and prunes, COMMIT. The
+first write to a thread adds the thread's insert and the re-select that locks it.
+A read is one statement, in autocommit.
 
 SQLite, where a statement costs no round trip: BEGIN IMMEDIATE, the lock select,
 then the insert, messages, bump and prune as separate statements.
@@ -44,14 +44,14 @@ async def test_statements_per_operation(sql_backend: Backend) -> None:
     config = {"thread_id": "t", "user_id": "u"}
     with counting(repo) as first:
         await repo.aput_checkpoint(config, {"n": 0}, [{"id": "m0"}])
-    assert len(first) == (7 if sqlite else 4), first  # + thread insert and re-select
+    assert len(first) == (7 if sqlite else 6), first  # + thread insert and re-select
     for n in (1, 2):
         with counting(repo) as steady:
             await repo.aput_checkpoint(config, {"n": n}, [{"id": f"m{n}a"}, {"id": f"m{n}b"}])
-    assert len(steady) == (6 if sqlite else 2), steady
+    assert len(steady) == (6 if sqlite else 4), steady
     with counting(repo) as no_messages:
         await repo.aput_state(config, {"n": 3})
-    assert len(no_messages) == (5 if sqlite else 2), no_messages
+    assert len(no_messages) == (5 if sqlite else 4), no_messages
     for read in (repo.aget_state, repo.aget_messages, repo.aget_thread, repo.alist_states):
         with counting(repo) as reads:
             await read(config)  # type: ignore[operator]
