@@ -19,6 +19,7 @@ SQLite (aiosqlite):
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, Literal
 
 from sqlalchemy import Table, event, make_url
@@ -33,8 +34,10 @@ from sqlalchemy.sql.dml import Insert
 from .errors import ConfigError
 
 __all__ = [
+    "POOL_MODES",
     "WRITE_OPTION",
     "DialectName",
+    "PoolMode",
     "async_url",
     "dialect_of",
     "died_before_sending",
@@ -44,9 +47,13 @@ __all__ = [
     "make_engine",
     "prepare_engine",
     "read_options",
+    "timeout_ms",
+    "transaction_pooling_args",
 ]
 
 DialectName = Literal["postgresql", "sqlite"]
+PoolMode = Literal["session", "transaction"]
+POOL_MODES: tuple[str, ...] = ("session", "transaction")
 WRITE_OPTION = "tenxstore_write"
 DEFAULT_LOCK_TIMEOUT_S = 30.0
 _FOREVER_MS = 2**31 - 1
@@ -89,53 +96,81 @@ def is_memory(url: URL) -> bool:
     return database in ("", ":memory:") or "mode=memory" in database
 
 
-def _timeout_ms(lock_timeout: float | None) -> int:
+def timeout_ms(lock_timeout: float | None) -> int:
     return _FOREVER_MS if lock_timeout is None else max(1, int(lock_timeout * 1000))
+
+
+def _statement_name() -> str:
+    return f"__tenx_{uuid.uuid4().hex}__"
+
+
+def transaction_pooling_args() -> dict[str, Any]:
+    """asyncpg connect arguments for a transaction-pooling PgBouncer.
+
+    A transaction pooler hands each transaction to any server connection, so a
+    statement prepared in one transaction cannot be found in the next: no statement
+    cache (asyncpg's or SQLAlchemy's), and a unique name for every statement
+    SQLAlchemy prepares, so two clients never collide on one server connection.
+    """
+    return {
+        "statement_cache_size": 0,
+        "prepared_statement_cache_size": 0,
+        "prepared_statement_name_func": _statement_name,
+    }
 
 
 def make_engine(
     url: str | URL,
     options: dict[str, Any] | None = None,
     lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT_S,
+    pool_mode: PoolMode = "session",
 ) -> AsyncEngine:
     """Create an engine for ``url`` with tenxstore's defaults, overridable by ``options``."""
     parsed = async_url(url)
     kwargs: dict[str, Any] = {}
+    connect_args: dict[str, Any] = {}
     if parsed.get_backend_name() == "sqlite":
-        connect_args: dict[str, Any] = {"timeout": _timeout_ms(lock_timeout) / 1000}
+        connect_args["timeout"] = timeout_ms(lock_timeout) / 1000
         if is_memory(parsed):
             kwargs["poolclass"] = StaticPool
             connect_args["check_same_thread"] = False
-        kwargs["connect_args"] = connect_args
     else:
         kwargs.update(pool_size=10, max_overflow=10, pool_recycle=1800)
-    kwargs.update(options or {})
+        if pool_mode == "transaction":
+            connect_args.update(transaction_pooling_args())
+    options = dict(options or {})
+    kwargs["connect_args"] = {**connect_args, **options.pop("connect_args", {})}
+    kwargs.update(options)
     engine = create_async_engine(parsed, **kwargs)
-    prepare_engine(engine, lock_timeout)
+    prepare_engine(engine, lock_timeout, pool_mode)
     return engine
 
 
 def prepare_engine(
-    engine: AsyncEngine, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT_S
+    engine: AsyncEngine,
+    lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT_S,
+    pool_mode: PoolMode = "session",
 ) -> None:
     """Install per-connection settings (once per engine).
 
     Both dialects bound how long a writer waits for a lock (``lock_timeout``; None
     waits as long as the database lets it): PostgreSQL's ``lock_timeout``, SQLite's
-    busy timeout. SQLite also gets its transaction and pragma hooks.
+    busy timeout. SQLite also gets its transaction and pragma hooks. Behind a
+    transaction pooler a session setting would land on whichever server connection
+    serves it, so there the repository sets ``lock_timeout`` per transaction instead.
     """
     if getattr(engine.sync_engine, _PREPARED, False):
         return
     setattr(engine.sync_engine, _PREPARED, True)
-    timeout_ms = _timeout_ms(lock_timeout)
+    wait_ms = timeout_ms(lock_timeout)
     if engine.dialect.name == "postgresql":
-        if lock_timeout is not None:
+        if lock_timeout is not None and pool_mode == "session":
 
             @event.listens_for(engine.sync_engine, "connect")
             def _on_pg_connect(dbapi_connection: Any, _record: Any) -> None:
                 cursor = dbapi_connection.cursor()
                 try:
-                    cursor.execute(f"SET lock_timeout = {timeout_ms}")
+                    cursor.execute(f"SET lock_timeout = {wait_ms}")
                 finally:
                     cursor.close()
 
@@ -149,7 +184,7 @@ def prepare_engine(
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute(f"PRAGMA busy_timeout={timeout_ms}")
+            cursor.execute(f"PRAGMA busy_timeout={wait_ms}")
             if not memory:
                 cursor.execute("PRAGMA journal_mode=WAL")
         finally:
@@ -206,9 +241,13 @@ def insert_ignore(dialect: DialectName, table: Table, *conflict: str) -> Insert:
     return sqlite_insert(table).on_conflict_do_nothing(index_elements=list(conflict))
 
 
-def read_options(dialect: DialectName) -> dict[str, Any]:
+def read_options(dialect: DialectName, pool_mode: PoolMode = "session") -> dict[str, Any]:
     """Execution options for a connection that runs one read statement."""
-    # PostgreSQL: no BEGIN/ROLLBACK round trips around a single SELECT.
+    # PostgreSQL: no BEGIN/ROLLBACK round trips around a single SELECT — except behind
+    # a transaction pooler, which may move a statement's Bind to another server
+    # connection than its Parse unless a transaction pins them together.
     # SQLite: keep the default; switching its isolation level re-enables the driver's
     # implicit transactions when the connection returns to the pool.
-    return {"isolation_level": "AUTOCOMMIT"} if dialect == "postgresql" else {}
+    if dialect == "postgresql" and pool_mode == "session":
+        return {"isolation_level": "AUTOCOMMIT"}
+    return {}

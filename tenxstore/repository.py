@@ -206,6 +206,11 @@ class CheckpointRepository:
         lock_timeout: Seconds a write waits for a thread's lock before it fails with
             :class:`LockTimeout` (PostgreSQL ``lock_timeout``, SQLite busy timeout,
             set on every connection tenxstore uses); ``None`` waits indefinitely.
+        pool_mode: ``"transaction"`` when PostgreSQL is reached through a
+            transaction-pooling PgBouncer: no prepared-statement caches and unique
+            statement names (for engines tenxstore creates; pass
+            ``transaction_pooling_args()`` as ``connect_args`` to your own), every
+            statement inside a transaction, ``lock_timeout`` set per transaction.
 
     Raises:
         ConfigError: An argument is invalid (a ``ValueError``).
@@ -223,7 +228,11 @@ class CheckpointRepository:
         engine_options: dict[str, Any] | None = None,
         tool_lease_seconds: float = 900,
         lock_timeout: float | None = _dialect.DEFAULT_LOCK_TIMEOUT_S,
+        pool_mode: str = "session",
     ) -> None:
+        if pool_mode not in _dialect.POOL_MODES:
+            raise ConfigError(f"pool_mode must be 'session' or 'transaction', not {pool_mode!r}")
+        self.pool_mode: _dialect.PoolMode = pool_mode  # type: ignore[assignment]  # checked
         if lock_timeout is not None:
             lock_timeout = _check_positive_number("lock_timeout", lock_timeout)
         self.lock_timeout = lock_timeout
@@ -247,9 +256,11 @@ class CheckpointRepository:
             if engine_options:
                 raise ConfigError("engine_options apply only to engines tenxstore creates")
             engine, self._owns_engine = url_or_engine, False
-            _dialect.prepare_engine(engine, lock_timeout)
+            _dialect.prepare_engine(engine, lock_timeout, self.pool_mode)
         elif isinstance(url_or_engine, (str, URL)):
-            engine = _dialect.make_engine(url_or_engine, engine_options, lock_timeout)
+            engine = _dialect.make_engine(
+                url_or_engine, engine_options, lock_timeout, self.pool_mode
+            )
             self._owns_engine = True
         else:
             raise ConfigError(
@@ -258,11 +269,13 @@ class CheckpointRepository:
         self._dialect = _dialect.dialect_of(engine)
         if schema is not None and self._dialect == "sqlite":
             raise ConfigError("schema= is a PostgreSQL option; SQLite has no schemas")
+        if self.pool_mode == "transaction" and self._dialect != "postgresql":
+            raise ConfigError("pool_mode='transaction' is for PostgreSQL behind PgBouncer")
         self._engine = engine
         # PostgreSQL: reads are single statements in autocommit, and writes send their
         # own BEGIN/COMMIT (see _write), so SQLAlchemy starts no transaction of its own.
         self._autocommit_engine = self._engine.execution_options(
-            **_dialect.read_options(self._dialect)
+            **_dialect.read_options(self._dialect, self.pool_mode)
         )
         self.schema = schema
         self.state_history_limit = state_history_limit
@@ -420,31 +433,51 @@ class CheckpointRepository:
         """
         committing = False
         try:
-            if self._dialect == "sqlite":
-                async with self._connect() as conn:
-                    await conn.execution_options(**{_dialect.WRITE_OPTION: True})
-                    async with conn.begin():
-                        row = (await conn.execute(self._hot.lock, {"b_thread": thread_id})).first()
-                        yield conn, row
-                        committing = True  # the block's exit commits
-                return
+            if self._dialect == "postgresql" and self.pool_mode == "session":
+                for attempt in (1, 2):
+                    async with self._connect(self._autocommit_engine) as conn:
+                        try:
+                            await conn.exec_driver_sql("BEGIN")
+                        except DBAPIError as exc:
+                            if attempt == 1 and exc.connection_invalidated:
+                                continue  # dead on arrival: no transaction ever started
+                            raise
+                        try:
+                            row = (
+                                await conn.execute(self._hot.lock, {"b_thread": thread_id})
+                            ).first()
+                            yield conn, row
+                        except BaseException:
+                            await self._rollback(conn)
+                            raise
+                        committing = True
+                        await conn.exec_driver_sql("COMMIT")
+                        return
+            # SQLite (its BEGIN IMMEDIATE comes from the begin event), and PostgreSQL
+            # behind a transaction pooler, where a statement outside a transaction may
+            # be parsed and executed on different server connections: asyncpg's own
+            # BEGIN is a simple query. Only a driver that refused to send the lock
+            # (the connection was already closed) is tried again.
             for attempt in (1, 2):
-                async with self._connect(self._autocommit_engine) as conn:
-                    try:
-                        await conn.exec_driver_sql("BEGIN")
-                    except DBAPIError as exc:
-                        if attempt == 1 and exc.connection_invalidated:
-                            continue  # dead on arrival: no transaction ever started
-                        raise
-                    try:
-                        row = (await conn.execute(self._hot.lock, {"b_thread": thread_id})).first()
-                        yield conn, row
-                    except BaseException:
-                        await self._rollback(conn)
-                        raise
-                    committing = True
-                    await conn.exec_driver_sql("COMMIT")
+                yielded = False
+                try:
+                    async with self._connect() as conn:
+                        if self._dialect == "sqlite":
+                            await conn.execution_options(**{_dialect.WRITE_OPTION: True})
+                        async with conn.begin():
+                            if self._dialect == "postgresql" and self.lock_timeout is not None:
+                                wait = _dialect.timeout_ms(self.lock_timeout)
+                                await conn.exec_driver_sql(f"SET LOCAL lock_timeout = {wait}")
+                            row = (
+                                await conn.execute(self._hot.lock, {"b_thread": thread_id})
+                            ).first()
+                            yielded = True
+                            yield conn, row
+                            committing = True  # the block's exit commits
                     return
+                except DBAPIError as exc:
+                    if yielded or attempt == 2 or not _dialect.died_before_sending(exc):
+                        raise
         except DBAPIError as exc:
             raise self._translate(exc, committing) from exc
 
