@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from redis.retry import Retry
@@ -108,6 +109,7 @@ class _Redis:
         self.failures = 0
         self.dirty: set[str] = set()
         self.put_script = client.register_script(_PUT_IF_NEWER)
+        self.cluster = isinstance(client, RedisCluster)
 
     def available(self) -> bool:
         return time.monotonic() >= self.down_until
@@ -151,10 +153,17 @@ class _Redis:
     async def put(self, key: str, args: list[Any], stale: list[str]) -> Any:
         """EVALSHA the guarded put and DEL the ``stale`` keys in one round trip.
 
-        A pipeline, not a transaction: each command names one key, so it is safe on a
-        cluster. A Redis that lost its scripts (a restart) answers NOSCRIPT: the script
-        is loaded and the put sent again.
+        A pipeline, not a transaction: each command names one key. A Redis that lost
+        its scripts (a restart) answers NOSCRIPT: the script is loaded and the put
+        sent again. redis-py refuses scripts in a cluster pipeline, so on a cluster the
+        put (one key, cluster-safe) and the deletions go out side by side instead.
         """
+        if self.cluster:
+            stored, *_ = await asyncio.gather(
+                self.put_script(keys=[key], args=args),
+                *(self.client.delete(other) for other in stale),
+            )
+            return stored
         pipe = self.client.pipeline(transaction=False)
         pipe.evalsha(self.put_script.sha, 1, key, *args)
         for other in stale:

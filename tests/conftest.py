@@ -14,7 +14,7 @@ import pytest
 import tenxstore
 from tests import services
 
-SQL_BACKENDS = ["sqlite", "postgresql"]
+SQL_BACKENDS = ["sqlite", "postgresql", "pgbouncer"]
 CACHED_BACKENDS = ["sqlite+redis", "postgresql+redis"]
 BACKENDS = ["memory", *SQL_BACKENDS, *CACHED_BACKENDS]
 
@@ -27,6 +27,8 @@ class Backend:
     url: str | None = None
     schema: str | None = None
     redis_url: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # for every repository made
+    admin_url: str | None = None  # PostgreSQL itself, when url goes through a pooler
     key_prefix: str = field(default_factory=lambda: f"test-{uuid.uuid4().hex[:12]}")
     made: list[Any] = field(default_factory=list)
 
@@ -37,6 +39,7 @@ class Backend:
             cp: Any = tenxstore.InMemoryCheckpointer(**options)
         else:
             assert self.url is not None
+            options = {**self.options, **options}
             cp = tenxstore.CheckpointRepository(self.url, schema=self.schema, **options)
             if self.redis_url is not None:
                 cp = tenxstore.CachedCheckpointer(
@@ -92,6 +95,14 @@ async def _backend(name: str, tmp_path: Path) -> AsyncIterator[Backend]:
         backend = Backend(name)
     elif name.startswith("sqlite"):
         backend = Backend(name, url=f"sqlite:///{tmp_path / 'store.db'}", redis_url=redis_url)
+    elif name == "pgbouncer":
+        backend = Backend(
+            name,
+            url=services.pgbouncer_url(),
+            schema=new_schema(),
+            options={"pool_mode": "transaction"},
+            admin_url=services.pg_url(),
+        )
     else:
         backend = Backend(name, url=services.pg_url(), schema=new_schema(), redis_url=redis_url)
     try:
@@ -99,8 +110,7 @@ async def _backend(name: str, tmp_path: Path) -> AsyncIterator[Backend]:
     finally:
         await backend.close()
         if backend.schema is not None:
-            assert backend.url and backend.schema
-            await drop_schema(backend.url, backend.schema)
+            await drop_schema(backend.admin_url or services.pg_url(), backend.schema)
 
 
 @pytest.fixture(params=BACKENDS)

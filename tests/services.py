@@ -7,9 +7,16 @@ testcontainers container when Docker is available, and otherwise skips, saying w
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import random
+import shutil
 import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -78,3 +85,161 @@ def pg_url() -> str:
 def redis_url() -> str:
     """The Redis URL for this test run (fails or skips by the rule above)."""
     return _service("TENXSTORE_TEST_REDIS_URL", DEFAULT_REDIS_URL, 6379, "Redis", _redis_container)
+
+
+def _required(what: str) -> None:
+    """A tool the tests need: fail under CI (where .ci/run installs it), skip elsewhere."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{what} is required in CI (.ci/run installs it)", pytrace=False)
+    pytest.skip(f"{what} is not installed")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.02)  # waiting for a server to listen
+    raise RuntimeError(f"{what} did not listen on {port}")
+
+
+@functools.cache
+def pgbouncer_url() -> str:
+    """A PgBouncer in transaction-pooling mode in front of the test PostgreSQL."""
+    binary = shutil.which("pgbouncer") or (
+        "/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None
+    )
+    if binary is None:
+        _required("pgbouncer")
+    target = urlsplit(pg_url())
+    directory = Path(tempfile.mkdtemp(prefix="tenxstore-pgbouncer-"))
+    directory.chmod(0o755)
+    port = free_port()
+    user = target.username or "postgres"
+    (directory / "userlist.txt").write_text(f'"{user}" ""\n')
+    (directory / "pgbouncer.ini").write_text(
+        "[databases]\n"
+        f"* = host={target.hostname or '127.0.0.1'} port={target.port or 5432}\n"
+        "[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        f"auth_type = trust\nauth_file = {directory / 'userlist.txt'}\n"
+        "pool_mode = transaction\nmax_client_conn = 1000\ndefault_pool_size = 20\n"
+        f"logfile = {directory / 'pgbouncer.log'}\npidfile = {directory / 'pgbouncer.pid'}\n"
+    )
+    for f in directory.iterdir():
+        f.chmod(0o644)
+    command = [binary, str(directory / "pgbouncer.ini")]
+    if os.geteuid() == 0:  # PgBouncer refuses to run as root
+        command[1:1] = ["-u", "postgres"]
+        shutil.chown(directory, "postgres")  # its log and pid file
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    atexit.register(process.kill)
+    wait_for_port(port, process, "pgbouncer")
+    return f"postgresql://{user}@127.0.0.1:{port}{target.path or '/test'}"
+
+
+class RedisCluster:
+    """Three redis-server masters on loopback ports, joined into one cluster."""
+
+    def __init__(self, masters: int = 3) -> None:
+        self.binary = shutil.which("redis-server")
+        self.cli = shutil.which("redis-cli")
+        if self.binary is None or self.cli is None:
+            _required("redis-server and redis-cli")
+        self.directory = Path(tempfile.mkdtemp(prefix="tenxstore-cluster-"))
+        self.ports = self.free_ports(masters)
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        for port in self.ports:
+            self.start_node(port)
+        subprocess.run(
+            [
+                str(self.cli),
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{p}" for p in self.ports),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            info = subprocess.run(
+                [str(self.cli), "-p", str(self.ports[0]), "cluster", "info"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout
+            if "cluster_state:ok" in info:
+                return
+            time.sleep(0.05)  # waiting for the cluster to agree on its slots
+        raise RuntimeError("the Redis cluster did not become ready")
+
+    @staticmethod
+    def free_ports(count: int) -> list[int]:
+        """Ports whose cluster bus port (port + 10000) is free and valid too."""
+        rng, ports = random.Random(), []
+        while len(ports) < count:
+            port = rng.randrange(20000, 30000)
+            if port in ports:
+                continue
+            try:
+                for p in (port, port + 10000):
+                    with socket.socket() as s:
+                        s.bind(("127.0.0.1", p))
+            except OSError:
+                continue
+            ports.append(port)
+        return ports
+
+    def start_node(self, port: int) -> None:
+        node = self.directory / str(port)
+        node.mkdir(exist_ok=True)
+        process = subprocess.Popen(
+            [
+                str(self.binary),
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                str(node / "nodes.conf"),
+                "--cluster-node-timeout",
+                "2000",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(node),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        self.processes[port] = process
+        atexit.register(process.kill)
+        wait_for_port(port, process, "redis-server")
+
+    def kill(self, port: int) -> None:
+        self.processes[port].kill()
+        self.processes[port].wait(10)
+
+    def close(self) -> None:
+        for process in self.processes.values():
+            process.kill()
+            process.wait(10)
+        shutil.rmtree(self.directory, ignore_errors=True)

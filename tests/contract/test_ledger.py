@@ -196,7 +196,14 @@ async def test_clean_thread_removes_the_ledger(cp: CheckpointRepository) -> None
 
 
 def _run_once_in_process(
-    url: str, schema: str | None, marks: str, barrier: Any, collided: Any, done: Any, out: Any
+    url: str,
+    schema: str | None,
+    options: dict[str, Any],
+    marks: str,
+    barrier: Any,
+    collided: Any,
+    done: Any,
+    out: Any,
 ) -> None:
     def tool(n: int) -> int:
         with open(marks, "a") as f:  # the side effect that must happen once
@@ -209,7 +216,7 @@ def _run_once_in_process(
         return n + 1
 
     async def run() -> Any:
-        async with CheckpointRepository(url, schema=schema) as repo:
+        async with CheckpointRepository(url, schema=schema, **options) as repo:
             barrier.wait(timeout=60)
             counted = False
             while True:
@@ -237,7 +244,16 @@ async def test_processes_run_the_body_once(sql_backend: Backend, tmp_path: Path)
     workers = [
         ctx.Process(
             target=_run_once_in_process,
-            args=(sql_backend.url, sql_backend.schema, str(marks), barrier, collided, done, out),
+            args=(
+                sql_backend.url,
+                sql_backend.schema,
+                sql_backend.options,
+                str(marks),
+                barrier,
+                collided,
+                done,
+                out,
+            ),
         )
         for _ in range(4)
     ]

@@ -14,10 +14,12 @@ from tests.conftest import Backend
 PROCESSES, CYCLES = 4, 25
 
 
-def _increment_in_process(url: str, schema: str | None, barrier: Any, results: Any) -> None:
+def _increment_in_process(
+    url: str, schema: str | None, options: dict[str, Any], barrier: Any, results: Any
+) -> None:
     async def run() -> tuple[int, list[str]]:
         conflicts, errors = 0, []
-        async with CheckpointRepository(url, schema=schema) as repo:
+        async with CheckpointRepository(url, schema=schema, **options) as repo:
             barrier.wait(timeout=60)
             for _ in range(CYCLES):
                 while True:
@@ -45,7 +47,7 @@ async def test_processes_increment_one_thread(sql_backend: Backend) -> None:
     workers = [
         ctx.Process(
             target=_increment_in_process,
-            args=(sql_backend.url, sql_backend.schema, barrier, results),
+            args=(sql_backend.url, sql_backend.schema, sql_backend.options, barrier, results),
         )
         for _ in range(PROCESSES)
     ]

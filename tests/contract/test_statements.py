@@ -41,17 +41,20 @@ async def test_statements_per_operation(sql_backend: Backend) -> None:
     repo = await sql_backend.make(state_history_limit=2)
     sqlite = repo.dialect == "sqlite"
     begin = 1 if sqlite else 0
+    # Behind a transaction pooler: asyncpg's BEGIN/COMMIT (not counted here, but round
+    # trips) and SET LOCAL lock_timeout instead of the session's setting.
+    write = {"sqlite": 6, "postgresql": 4, "pgbouncer": 3}[sql_backend.name]
     config = {"thread_id": "t", "user_id": "u"}
     with counting(repo) as first:
         await repo.aput_checkpoint(config, {"n": 0}, [{"id": "m0"}])
-    assert len(first) == (7 if sqlite else 6), first  # + thread insert and re-select
+    assert len(first) == write + (1 if sqlite else 2), first  # + thread insert, re-select
     for n in (1, 2):
         with counting(repo) as steady:
             await repo.aput_checkpoint(config, {"n": n}, [{"id": f"m{n}a"}, {"id": f"m{n}b"}])
-    assert len(steady) == (6 if sqlite else 4), steady
+    assert len(steady) == write, steady
     with counting(repo) as no_messages:
         await repo.aput_state(config, {"n": 3})
-    assert len(no_messages) == (5 if sqlite else 4), no_messages
+    assert len(no_messages) == write - (1 if sqlite else 0), no_messages
     for read in (repo.aget_state, repo.aget_messages, repo.aget_thread, repo.alist_states):
         with counting(repo) as reads:
             await read(config)  # type: ignore[operator]
