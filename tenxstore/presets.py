@@ -43,6 +43,9 @@ class PgCheckpointer(CachedCheckpointer):
         user_id_type: ``"string"``, ``"int"`` or ``"bigint"``.
         id_type: Likewise for ``thread_id``.
         tool_lease_seconds: Lease of a tool-call claim.
+        key_prefix: First segment of every cache key.
+        lock_timeout: Seconds a write waits for a thread's lock (``LockTimeout``).
+        pool_mode: ``"transaction"`` behind a transaction-pooling PgBouncer.
 
     Raises:
         ValueError: The PostgreSQL side or the Redis side is missing, or an argument
@@ -67,6 +70,8 @@ class PgCheckpointer(CachedCheckpointer):
         *,
         tool_lease_seconds: float = 900,
         key_prefix: str = "state_cache",
+        lock_timeout: float | None = 30.0,
+        pool_mode: str = "session",
     ) -> None:
         if (postgres_dsn is None) == (pg_pool is None):
             raise ConfigError("PgCheckpointer needs exactly one of postgres_dsn= or pg_pool=")
@@ -88,6 +93,8 @@ class PgCheckpointer(CachedCheckpointer):
             user_id_type=user_id_type,
             engine_options=pool_config,
             tool_lease_seconds=tool_lease_seconds,
+            lock_timeout=lock_timeout,
+            pool_mode=pool_mode,
         )
         if redis_pool_config and redis_url is None:
             raise ConfigError("redis_pool_config applies only to a client created from redis_url")
@@ -123,6 +130,8 @@ class SqliteCheckpointer(_OptionalCache):
         redis_url: Optional Redis cache URL; or ``redis``, a client.
         cache_ttl: Redis TTL in seconds (``None``: no expiry).
         tool_lease_seconds: Lease of a tool-call claim.
+        key_prefix: First segment of every cache key.
+        lock_timeout: Seconds a writer waits for the database's write lock.
     """
 
     def __init__(
@@ -136,6 +145,7 @@ class SqliteCheckpointer(_OptionalCache):
         cache_ttl: float | None = 86400,
         tool_lease_seconds: float = 900,
         key_prefix: str = "state_cache",
+        lock_timeout: float | None = 30.0,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
             raise ConfigError(f"path must be a file path, not {path!r}")
@@ -144,6 +154,7 @@ class SqliteCheckpointer(_OptionalCache):
             state_history_limit=state_history_limit,
             enforce_user_isolation=enforce_user_isolation,
             tool_lease_seconds=tool_lease_seconds,
+            lock_timeout=lock_timeout,
         )
         super().__init__(
             repository, redis=redis, redis_url=redis_url, cache_ttl=cache_ttl, key_prefix=key_prefix

@@ -463,3 +463,24 @@ async def test_sqlite_checkpointer_with_redis(
         with sql_statements(cp) as seen:
             assert await cp.aget_state_cache(cfg()) == {"x": 1}
         assert seen == []
+
+
+async def test_pg_checkpointer_through_pgbouncer(redis_url: str) -> None:
+    from tests import services
+
+    schema = new_schema()
+    try:
+        async with PgCheckpointer(
+            postgres_dsn=services.pgbouncer_url(),
+            redis_url=redis_url,
+            schema=schema,
+            pool_mode="transaction",
+        ) as cp:
+            cp.setup()
+            config = cfg("via-pgbouncer")
+            for n in range(1, 6):
+                await cp.aget_state_cache(config)
+                assert await cp.aput_state(config, {"n": n}) == n
+            assert await cp.aget_state(cfg("via-pgbouncer")) == {"n": 5}
+    finally:
+        await drop_schema(services.pg_url(), schema)
