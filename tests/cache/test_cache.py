@@ -61,12 +61,17 @@ async def repo(tmp_path: Path) -> AsyncIterator[CheckpointRepository]:
 
 @pytest.fixture
 async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
+    """A client on the test Redis; the tests' "cachetest:" keys are gone before and after."""
     client = Redis.from_url(redis_url)
-    prefix = "cachetest"
+
+    async def clear() -> None:
+        keys = [k async for k in client.scan_iter(match="cachetest:*")]
+        if keys:
+            await client.delete(*keys)
+
+    await clear()  # what an interrupted earlier run may have left
     yield client
-    keys = [k async for k in client.scan_iter(match=f"{prefix}*")]
-    if keys:
-        await client.delete(*keys)
+    await clear()
     await client.aclose()
 
 
@@ -87,7 +92,6 @@ async def wrap(repo: CheckpointRepository) -> AsyncIterator[Any]:
 
 @pytest.fixture
 async def cached(wrap: Any, redis_url: str, redis_client: Redis) -> CachedCheckpointer:
-    await redis_client.delete(*[k async for k in redis_client.scan_iter("cachetest:*")] or ["x"])
     cp: CachedCheckpointer = wrap(redis_url=redis_url, key_prefix="cachetest", cache_ttl=600)
     return cp
 
@@ -409,7 +413,7 @@ async def test_pg_checkpointer_arguments(redis_url: str, pg_url: str) -> None:
 async def test_pg_checkpointer_end_to_end(how: str, pg_url: str, redis_url: str) -> None:
     schema = new_schema()
     closers: list[Any] = []
-    kwargs: dict[str, Any] = {"schema": schema, "cache_ttl": 60}
+    kwargs: dict[str, Any] = {"schema": schema, "cache_ttl": 60, "key_prefix": schema}
     if how == "engine":
         engine = create_async_engine(pg_url.replace("postgresql://", "postgresql+asyncpg://"))
         kwargs["pg_pool"] = engine
@@ -474,6 +478,7 @@ async def test_pg_checkpointer_through_pgbouncer(redis_url: str) -> None:
             postgres_dsn=services.pgbouncer_url(),
             redis_url=redis_url,
             schema=schema,
+            key_prefix=schema,  # a Redis shared with other runs
             pool_mode="transaction",
         ) as cp:
             cp.setup()
