@@ -4,6 +4,7 @@ from .cache import CachedCheckpointer
 from .errors import (
     ConfigError,
     ConnectionLost,
+    ImportConflict,
     LockTimeout,
     SerializationError,
     StaleStateError,
@@ -15,7 +16,14 @@ from .errors import (
 )
 from .presets import InMemoryCheckpointer, PgCheckpointer, SqliteCheckpointer
 from .repository import CheckpointRepository
-from .types import AuthPolicy, StateSnapshot, ThreadInfo, ToolExecution
+from .types import (
+    AuthPolicy,
+    MessageRecord,
+    StateSnapshot,
+    ThreadExport,
+    ThreadInfo,
+    ToolExecution,
+)
 
 __all__ = [
     "AuthPolicy",
@@ -23,14 +31,17 @@ __all__ = [
     "CheckpointRepository",
     "ConfigError",
     "ConnectionLost",
+    "ImportConflict",
     "InMemoryCheckpointer",
     "LockTimeout",
+    "MessageRecord",
     "PgCheckpointer",
     "SerializationError",
     "SqliteCheckpointer",
     "StaleStateError",
     "StateSnapshot",
     "TenxStoreError",
+    "ThreadExport",
     "ThreadInfo",
     "ThreadOwnershipError",
     "ToolExecution",

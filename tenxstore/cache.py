@@ -20,7 +20,7 @@ import logging
 import re
 import time
 from base64 import urlsafe_b64encode
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, TypeVar
 
 from redis.asyncio import ConnectionPool, Redis
@@ -32,7 +32,7 @@ from redis.retry import Retry
 from .config import RunIds, read_config, recorded_version, set_recorded_version
 from .errors import ConfigError, StaleStateError
 from .serde import RESERVED_KEY, decode, encode_state
-from .types import StateSnapshot, ThreadInfo, ToolExecution
+from .types import StateSnapshot, ThreadExport, ThreadInfo, ToolExecution
 
 __all__ = ["CachedCheckpointer", "cache_key"]
 
@@ -524,3 +524,37 @@ class CachedCheckpointer:
     ) -> Any:
         """Replay-safe tool call (see the repository)."""
         return await self.inner.arun_tool_once(config, tool_call_id, tool_name, args, fn)
+
+    # -- whole threads: passed through; an import invalidates the thread's entries -
+
+    async def alist_tool_executions(self, config: dict[str, Any]) -> list[ToolExecution]:
+        """Every tool call of the thread (see the repository)."""
+        calls: list[ToolExecution] = await self.inner.alist_tool_executions(config)
+        return calls
+
+    async def aiter_threads(self, batch: int = 500) -> AsyncIterator[ThreadInfo]:
+        """Every thread of every user, in ``thread_id`` order."""
+        async for info in self.inner.aiter_threads(batch):
+            yield info
+
+    async def aexport_thread(self, config: dict[str, Any]) -> ThreadExport | None:
+        """Everything stored of one thread (see the repository)."""
+        export: ThreadExport | None = await self.inner.aexport_thread(config)
+        return export
+
+    async def aimport_thread(self, export: ThreadExport, *, on_conflict: str = "fail") -> str:
+        """Write an exported thread back (see the repository), then drop its cache
+        entries of both isolation modes."""
+        outcome: str = await self.inner.aimport_thread(export, on_conflict=on_conflict)
+        thread = export.thread
+        await self._delete(
+            [
+                cache_key(self.key_prefix, thread.thread_id, None, False),
+                *(
+                    [cache_key(self.key_prefix, thread.thread_id, thread.user_id, True)]
+                    if thread.user_id is not None
+                    else []
+                ),
+            ]
+        )
+        return outcome

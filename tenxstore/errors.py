@@ -13,6 +13,7 @@ from typing import Any
 __all__ = [
     "ConfigError",
     "ConnectionLost",
+    "ImportConflict",
     "LockTimeout",
     "SerializationError",
     "StaleStateError",
@@ -89,6 +90,10 @@ class ConnectionLost(TenxStoreError, ConnectionError):
 
 class LockTimeout(TenxStoreError, TimeoutError):
     """A write waited longer than ``lock_timeout`` for the thread's lock; nothing was written."""
+
+
+class ImportConflict(TenxStoreError):
+    """An imported thread exists with other content; nothing was written."""
 
 
 class ToolExecutionInProgress(TenxStoreError):

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -20,7 +22,7 @@ from . import _dialect
 from .config import IdType
 from .errors import ConfigError
 
-__all__ = ["alembic_config", "script_location", "upgrade"]
+__all__ = ["alembic_config", "current_revision", "head_revision", "script_location", "upgrade"]
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -90,3 +92,21 @@ async def upgrade(
         await connection.execution_options(**{_dialect.WRITE_OPTION: True})
         async with connection.begin():
             await connection.run_sync(_upgrade_sync, schema, id_type, user_id_type, revision)
+
+
+def head_revision() -> str | None:
+    """The newest revision this installation ships."""
+    head: str | None = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    return head
+
+
+async def current_revision(engine: AsyncEngine, schema: str | None = None) -> str | None:
+    """The revision the database behind ``engine`` is at (None: never migrated)."""
+
+    def read(connection: Connection) -> str | None:
+        context = MigrationContext.configure(connection, opts={"version_table_schema": schema})
+        revision: str | None = context.get_current_revision()
+        return revision
+
+    async with engine.connect() as connection:
+        return await connection.run_sync(read)

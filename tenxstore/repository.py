@@ -52,6 +52,7 @@ from .config import (
 from .errors import (
     ConfigError,
     ConnectionLost,
+    ImportConflict,
     LockTimeout,
     SerializationError,
     StaleStateError,
@@ -62,7 +63,7 @@ from .errors import (
 )
 from .models import Tables, tables_for
 from .serde import decode, encode, encode_state
-from .types import StateSnapshot, ThreadInfo, ToolExecution
+from .types import MessageRecord, StateSnapshot, ThreadExport, ThreadInfo, ToolExecution
 
 __all__ = ["CheckpointRepository"]
 
@@ -88,6 +89,11 @@ def _check_positive_number(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ConfigError(f"{name} must be a positive number, not {value!r}")
     return float(value)
+
+
+def _role(message: dict[str, Any]) -> str | None:
+    role = message.get("role")
+    return role if isinstance(role, str) else None
 
 
 def _message_id(value: object) -> str:
@@ -597,15 +603,7 @@ class CheckpointRepository:
             else:
                 mid = _message_id(given)
                 payload = encode(message, "message")
-            role = message.get("role")
-            rows.setdefault(
-                mid,
-                {
-                    "message_id": mid,
-                    "role": role if isinstance(role, str) else None,
-                    "payload": payload,
-                },
-            )
+            rows.setdefault(mid, {"message_id": mid, "role": _role(message), "payload": payload})
         for message, mid in assigned:
             message["id"] = mid
         return list(rows.values())
@@ -878,15 +876,11 @@ class CheckpointRepository:
             ThreadOwnershipError: Another user owns the thread.
         """
         ids = self._ids(config)
-        t = self._t.threads
         async with self._write(ids.thread_id) as (conn, locked):
             if locked is None:
                 return False
             self._check_owner(ids, locked)
-            # Children first and explicitly: no reliance on ON DELETE CASCADE being enforced.
-            for child in (self._t.states, self._t.messages, self._t.tool_executions):
-                await conn.execute(delete(child).where(child.c.thread_id == ids.thread_id))
-            await conn.execute(delete(t).where(t.c.thread_id == ids.thread_id))
+            await self._delete_thread(conn, ids.thread_id)
         return True
 
     # -- tool ledger -------------------------------------------------------------
@@ -1103,3 +1097,217 @@ class CheckpointRepository:
                 as a failure).
         """
         return await run_tool_once(self, config, tool_call_id, tool_name, args, fn)
+
+    # -- whole threads: listing, export, import ----------------------------------
+    #
+    # Operator calls: no run config and no isolation. The CLI's export, import and
+    # copy are built on them.
+
+    async def alist_tool_executions(self, config: dict[str, Any]) -> list[ToolExecution]:
+        """Every tool call of the thread, in the order they were first claimed."""
+        ids = self._ids(config)
+        x = self._t.tool_executions
+        rows = await self._fetch(
+            select(*x.c)
+            .where(x.c.thread_id == self._visible_thread(ids))
+            .order_by(x.c.started_at, x.c.tool_call_id)
+        )
+        return [self._tool_execution(ids.thread_id, row) for row in rows]
+
+    async def aiter_threads(self, batch: int = 500) -> AsyncIterator[ThreadInfo]:
+        """Every thread of every user, in ``thread_id`` order, read ``batch`` at a time."""
+        batch = _check_count("batch", batch) or 1
+        t = self._t.threads
+        after: Any = None
+        while True:
+            stmt = select(*t.c).order_by(t.c.thread_id).limit(batch)
+            if after is not None:
+                stmt = stmt.where(t.c.thread_id > after)
+            rows = await self._fetch(stmt)
+            for row in rows:
+                yield self._thread_info(row)
+            if len(rows) < batch:
+                return
+            after = rows[-1].thread_id
+
+    @asynccontextmanager
+    async def _snapshot(self) -> AsyncIterator[AsyncConnection]:
+        """A read transaction that sees one snapshot (PostgreSQL: REPEATABLE READ)."""
+        async with self._connect() as conn:
+            if self._dialect == "postgresql":
+                await conn.execution_options(isolation_level="REPEATABLE READ")
+            async with conn.begin():
+                yield conn
+
+    async def _export(self, conn: AsyncConnection, thread_id: Any) -> ThreadExport | None:
+        t, s, m, x = self._t
+        row = (await conn.execute(select(*t.c).where(t.c.thread_id == thread_id))).first()
+        if row is None:
+            return None
+        states = await conn.execute(
+            select(s.c.version, s.c.state_data, s.c.meta, s.c.created_at)
+            .where(s.c.thread_id == thread_id)
+            .order_by(s.c.version.desc())
+        )
+        messages = await conn.execute(
+            select(m.c.payload, m.c.created_at).where(m.c.thread_id == thread_id).order_by(m.c.seq)
+        )
+        calls = await conn.execute(
+            select(*x.c)
+            .where(x.c.thread_id == thread_id)
+            .order_by(x.c.started_at, x.c.tool_call_id)
+        )
+        return ThreadExport(
+            thread=self._thread_info(row),
+            states=tuple(
+                StateSnapshot(
+                    version=r.version,
+                    state=decode(r.state_data),
+                    meta={} if r.meta is None else decode(r.meta),
+                    created_at=_utc(r.created_at),  # type: ignore[arg-type]  # never NULL
+                )
+                for r in states
+            ),
+            messages=tuple(
+                MessageRecord(decode(r.payload), _utc(r.created_at))  # type: ignore[arg-type]
+                for r in messages
+            ),
+            tool_executions=tuple(self._tool_execution(thread_id, r) for r in calls),
+        )
+
+    async def aexport_thread(self, config: dict[str, Any]) -> ThreadExport | None:
+        """Everything stored of one thread, read in one snapshot; None when absent
+        (or another user's while isolation applies)."""
+        ids = self._ids(config)
+        async with self._snapshot() as conn:
+            export = await self._export(conn, ids.thread_id)
+        if export is None or (ids.isolated and export.thread.user_id != ids.user_id):
+            return None
+        return export
+
+    async def aimport_thread(self, export: ThreadExport, *, on_conflict: str = "fail") -> str:
+        """Write an exported thread back, in one transaction.
+
+        Importing what is already there changes nothing. A thread that exists with
+        other content is a conflict: ``on_conflict="fail"`` raises
+        :class:`ImportConflict`, ``"skip"`` leaves it, ``"replace"`` deletes it first.
+
+        Returns:
+            ``"created"``, ``"unchanged"``, ``"skipped"`` or ``"replaced"``.
+
+        Raises:
+            ImportConflict: The thread exists with other content (``"fail"``).
+            SerializationError: Something in the export cannot be stored.
+            ConfigError: Bad ids or ``on_conflict``.
+        """
+        if on_conflict not in ("fail", "skip", "replace"):
+            raise ConfigError(f"on_conflict must be fail, skip or replace, not {on_conflict!r}")
+        rows = self._import_rows(export)
+        thread_id = rows["thread"]["thread_id"]
+        async with self._write(thread_id) as (conn, locked):
+            outcome = "created"
+            if locked is not None:
+                existing = await self._export(conn, thread_id)
+                if existing is not None and self._import_rows(existing) == rows:
+                    return "unchanged"
+                if on_conflict == "skip":
+                    return "skipped"
+                if on_conflict == "fail":
+                    raise ImportConflict(
+                        f"thread {thread_id!r} exists with other content; "
+                        "import with on_conflict='replace' or 'skip'"
+                    )
+                await self._delete_thread(conn, thread_id)
+                outcome = "replaced"
+            t, s, m, x = self._t
+            await conn.execute(insert(t), [rows["thread"]])
+            if rows["states"]:
+                await conn.execute(insert(s), rows["states"])
+            if rows["messages"]:
+                await conn.execute(insert(m), rows["messages"])
+            if rows["tool_executions"]:
+                await conn.execute(insert(x), rows["tool_executions"])
+        return outcome
+
+    def _import_rows(self, export: ThreadExport) -> dict[str, Any]:
+        """The rows an export becomes; validated and encoded before any I/O."""
+        if not isinstance(export, ThreadExport):
+            raise ConfigError(f"expected a ThreadExport, not {type(export).__name__}")
+        info = export.thread
+        thread_id = check_id("thread_id", info.thread_id, self._id_type)
+        user_id = (
+            None if info.user_id is None else check_id("user_id", info.user_id, self._user_id_type)
+        )
+        versions = [snapshot.version for snapshot in export.states]
+        if len(set(versions)) != len(versions) or any(
+            isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in versions
+        ):
+            raise ConfigError("state versions must be distinct positive ints")
+        if versions and max(versions) != info.version:
+            raise ConfigError(
+                f"the newest state is version {max(versions)}, the thread is at {info.version}"
+            )
+        when = [info.created_at, info.updated_at]
+        if any(not isinstance(w, datetime) for w in when):
+            raise ConfigError("a thread needs created_at and updated_at")
+        message_ids = [_message_id(r.message.get("id")) for r in export.messages]
+        if len(set(message_ids)) != len(message_ids):
+            raise ConfigError("message ids must be unique within a thread")
+        return {
+            "thread": {
+                "thread_id": thread_id,
+                "user_id": user_id,
+                "name": None if info.name is None else encode(info.name, "name"),
+                "metadata": self._encode_object(info.metadata, "metadata")
+                if info.metadata
+                else None,
+                "version": info.version,
+                "created_at": info.created_at,
+                "updated_at": info.updated_at,
+            },
+            "states": [
+                {
+                    "thread_id": thread_id,
+                    "version": snapshot.version,
+                    "state_data": encode_state(snapshot.state),
+                    "meta": self._encode_object(snapshot.meta, "meta") if snapshot.meta else None,
+                    "created_at": snapshot.created_at,
+                }
+                for snapshot in sorted(export.states, key=lambda snapshot: snapshot.version)
+            ],
+            "messages": [
+                {
+                    "thread_id": thread_id,
+                    "message_id": mid,
+                    "role": r.message.get("role")
+                    if isinstance(r.message.get("role"), str)
+                    else None,
+                    "payload": self._encode_object(r.message, "message"),
+                    "created_at": r.created_at,
+                }
+                for mid, r in zip(message_ids, export.messages, strict=True)
+            ],
+            "tool_executions": [
+                {
+                    "thread_id": thread_id,
+                    "tool_call_id": self._tool_call_id(call.tool_call_id),
+                    "tool_name": check_id("tool_name", call.tool_name),
+                    "args": self._encode_object(call.args, "args"),
+                    "status": call.status,
+                    "result": None if call.result is None else encode(call.result, "result"),
+                    "error": None if call.error is None else encode(call.error, "error"),
+                    "attempts": call.attempts,
+                    "lease_expires_at": call.lease_expires_at,
+                    "started_at": call.started_at,
+                    "finished_at": call.finished_at,
+                }
+                for call in export.tool_executions
+            ],
+        }
+
+    async def _delete_thread(self, conn: AsyncConnection, thread_id: Any) -> None:
+        # Children first and explicitly: no reliance on ON DELETE CASCADE being enforced.
+        t, s, m, x = self._t
+        for child in (s, m, x):
+            await conn.execute(delete(child).where(child.c.thread_id == thread_id))
+        await conn.execute(delete(t).where(t.c.thread_id == thread_id))

@@ -6,7 +6,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-__all__ = ["AuthPolicy", "StateSnapshot", "ThreadInfo", "ToolExecution", "ToolStatus"]
+__all__ = [
+    "AuthPolicy",
+    "MessageRecord",
+    "StateSnapshot",
+    "ThreadExport",
+    "ThreadInfo",
+    "ToolExecution",
+    "ToolStatus",
+]
 
 ToolStatus = Literal["started", "succeeded", "failed"]
 
@@ -61,3 +69,22 @@ class ToolExecution:
     started_at: datetime
     finished_at: datetime | None
     lease_expires_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class MessageRecord:
+    """A stored message with the time it was stored."""
+
+    message: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class ThreadExport:
+    """Everything a store holds of one thread: its record, retained states (newest
+    first), messages (in order) and tool ledger. ``aimport_thread`` writes it back."""
+
+    thread: ThreadInfo
+    states: tuple[StateSnapshot, ...]
+    messages: tuple[MessageRecord, ...]
+    tool_executions: tuple[ToolExecution, ...]
