@@ -457,7 +457,11 @@ class CheckpointRepository:
                             await self._rollback(conn)
                             raise
                         committing = True
-                        await conn.exec_driver_sql("COMMIT")
+                        try:
+                            await conn.exec_driver_sql("COMMIT")
+                        except BaseException:
+                            self._discard(conn)  # its state is unknown: never pooled again
+                            raise
                         return
             # SQLite (its BEGIN IMMEDIATE comes from the begin event), and PostgreSQL
             # behind a transaction pooler, where a statement outside a transaction may
@@ -487,17 +491,26 @@ class CheckpointRepository:
         except DBAPIError as exc:
             raise self._translate(exc, committing) from exc
 
-    @staticmethod
-    async def _rollback(conn: AsyncConnection) -> None:
-        """Roll back a transaction begun with ``BEGIN``; a connection that cannot is
-        invalidated, so it never returns to the pool inside a transaction."""
+    @classmethod
+    async def _rollback(cls, conn: AsyncConnection) -> None:
+        """Roll back a transaction begun with ``BEGIN``. A connection that cannot —
+        broken, or the rollback itself cancelled — is discarded, so it never returns
+        to the pool inside a transaction (its autocommit reset would not end it)."""
         if conn.invalidated:
             return
         try:
             await conn.exec_driver_sql("ROLLBACK")
         except Exception:
-            if not conn.invalidated:
-                await conn.invalidate()
+            cls._discard(conn)
+        except BaseException:
+            cls._discard(conn)
+            raise
+
+    @staticmethod
+    def _discard(conn: AsyncConnection) -> None:
+        """Invalidate a connection without awaiting (safe inside a cancellation)."""
+        if not conn.invalidated:
+            conn.sync_connection.invalidate()  # type: ignore[union-attr]  # open here
 
     def _translate(self, exc: DBAPIError, committing: bool) -> Exception:
         """A driver error as the caller's error, by class and SQLSTATE/SQLite code."""

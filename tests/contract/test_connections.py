@@ -166,3 +166,31 @@ def test_lock_timeout_is_validated() -> None:
     for bad in (0, -1, "1", True):
         with pytest.raises(ValueError):
             CheckpointRepository("sqlite:///x.db", lock_timeout=bad)  # type: ignore[arg-type]
+
+
+async def test_a_cancelled_writer_leaves_no_open_transaction(
+    pg_url: str, pg_schema: str, admin: Any
+) -> None:
+    repo, name = named_repo(pg_url, pg_schema)
+    try:
+        await repo.asetup()
+        config = cfg()
+        await repo.aput_state(config, {"n": 1})
+        holder = await hold_lock(admin, pg_schema)
+        write = asyncio.ensure_future(repo.aput_state(config, {"n": "cancelled"}))
+        await waiting_writer(admin, name)
+        write.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await write
+        await holder.rollback()
+        open_transactions = await admin.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 "
+            "AND state LIKE 'idle in transaction%'",
+            name,
+        )
+        assert open_transactions == 0
+        for n in (2, 3):  # the pool hands out clean connections only
+            assert await repo.aput_state(config, {"n": n}) == n
+        assert await repo.aget_state(cfg()) == {"n": 3}
+    finally:
+        await repo.aclose()
