@@ -770,16 +770,16 @@ class CheckpointRepository:
             .order_by(s.c.version.desc())
             .limit(limit)
         )
-        rows = await self._fetch(stmt)
-        return [
-            StateSnapshot(
-                version=row.version,
-                state=decode(row.state_data),
-                meta={} if row.meta is None else decode(row.meta),
-                created_at=_utc(row.created_at),  # type: ignore[arg-type]  # never NULL
-            )
-            for row in rows
-        ]
+        return [self._snapshot_of(row) for row in await self._fetch(stmt)]
+
+    @staticmethod
+    def _snapshot_of(row: Any) -> StateSnapshot:
+        return StateSnapshot(
+            version=row.version,
+            state=decode(row.state_data),
+            meta={} if row.meta is None else decode(row.meta),
+            created_at=_utc(row.created_at),  # type: ignore[arg-type]  # never NULL
+        )
 
     async def aget_messages(
         self, config: dict[str, Any], limit: int | None = None, after_id: str | None = None
@@ -1172,15 +1172,7 @@ class CheckpointRepository:
         )
         return ThreadExport(
             thread=self._thread_info(row),
-            states=tuple(
-                StateSnapshot(
-                    version=r.version,
-                    state=decode(r.state_data),
-                    meta={} if r.meta is None else decode(r.meta),
-                    created_at=_utc(r.created_at),  # type: ignore[arg-type]  # never NULL
-                )
-                for r in states
-            ),
+            states=tuple(self._snapshot_of(r) for r in states),
             messages=tuple(
                 MessageRecord(decode(r.payload), _utc(r.created_at))  # type: ignore[arg-type]
                 for r in messages

@@ -243,3 +243,39 @@ class RedisCluster:
             process.kill()
             process.wait(10)
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class RedisServer:
+    """A redis-server owned by a test, on a spare loopback port, to kill and restart."""
+
+    def __init__(self, directory: Path) -> None:
+        self.port, self.directory = free_port(), directory
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            _required("redis-server")
+        self.process = subprocess.Popen(
+            [
+                str(binary),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        atexit.register(self.process.kill)
+        wait_for_port(self.port, self.process, "redis-server")
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(10)

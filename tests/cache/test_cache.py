@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import shutil
-import socket
-import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -29,6 +26,7 @@ from tenxstore import (
     StaleStateError,
 )
 from tenxstore.cache import cache_key
+from tests import services
 from tests.conftest import drop_schema, new_schema
 
 
@@ -305,55 +303,8 @@ async def test_a_caller_client_is_bounded_too(wrap: Any, black_hole: int) -> Non
     await patient.aclose()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class RedisServer:
-    """A redis-server owned by the test, on a spare loopback port."""
-
-    def __init__(self, directory: Path) -> None:
-        self.port, self.directory = free_port(), directory
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        binary = shutil.which("redis-server")
-        assert binary, "redis-server is required for this test"
-        self.process = subprocess.Popen(
-            [
-                binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.directory),
-            ],
-            stdout=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return
-            except OSError:
-                time.sleep(0.02)  # waiting for a server to listen, not for a race
-        raise RuntimeError("redis-server did not start")
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.kill()
-        self.process.wait(10)
-
-
 async def test_redis_dies_and_returns(wrap: Any, tmp_path: Path) -> None:
-    server = RedisServer(tmp_path)
+    server = services.RedisServer(tmp_path)
     server.start()
     cp = wrap(redis_url=f"redis://127.0.0.1:{server.port}/0", redis_backoff=0.05)
     try:
