@@ -36,9 +36,14 @@ class StaleStateError(TenxStoreError):
         thread_id: The thread that was written.
         expected_version: The version the run recorded when it read the thread.
         actual_version: The thread's head version found under the row lock.
+
+    For LangGraph checkpoints (:mod:`tenxstore.langgraph`) the two are checkpoint ids:
+    the parent the writer started from, and the namespace's newest checkpoint.
     """
 
-    def __init__(self, thread_id: Any, expected_version: int, actual_version: int) -> None:
+    def __init__(
+        self, thread_id: Any, expected_version: int | str, actual_version: int | str
+    ) -> None:
         super().__init__(
             f"thread {thread_id!r} is at version {actual_version}, "
             f"not {expected_version}: another run committed first; re-read and retry"

@@ -26,6 +26,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -152,13 +153,50 @@ class ToolExecutionRow(Base):
     finished_at: Mapped[datetime | None]
 
 
+class LangGraphCheckpointRow(Base):
+    """A LangGraph checkpoint kept by :mod:`tenxstore.langgraph` (serialized by its serde)."""
+
+    __tablename__ = "lg_checkpoints"
+
+    thread_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("threads.thread_id", ondelete="CASCADE"), primary_key=True
+    )
+    checkpoint_ns: Mapped[str] = mapped_column(String(255), primary_key=True)
+    checkpoint_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    parent_checkpoint_id: Mapped[str | None] = mapped_column(String(64))
+    type: Mapped[str] = mapped_column(String(64))
+    checkpoint: Mapped[bytes] = mapped_column(LargeBinary)
+    checkpoint_metadata: Mapped[str] = mapped_column("metadata")
+    created_at: Mapped[datetime]
+
+
+class LangGraphWriteRow(Base):
+    """A pending write of a LangGraph task against a checkpoint."""
+
+    __tablename__ = "lg_writes"
+
+    thread_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("threads.thread_id", ondelete="CASCADE"), primary_key=True
+    )
+    checkpoint_ns: Mapped[str] = mapped_column(String(255), primary_key=True)
+    checkpoint_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    channel: Mapped[str]
+    type: Mapped[str] = mapped_column(String(64))
+    value: Mapped[bytes] = mapped_column(LargeBinary)
+    task_path: Mapped[str]
+
+
 class Tables(NamedTuple):
-    """The four tables, with the column types of one id configuration."""
+    """The tables, with the column types of one id configuration."""
 
     threads: Table
     states: Table
     messages: Table
     tool_executions: Table
+    lg_checkpoints: Table
+    lg_writes: Table
 
 
 def tables_for(

@@ -70,7 +70,7 @@ def test_upgrade_and_current(db: list[str]) -> None:
     assert "current: (none)" in before.output and "behind" in before.output
     assert invoke("upgrade", *db).exit_code == 0
     after = invoke("current", *db)
-    assert "current: 0001_initial" in after.output and "up to date" in after.output
+    assert "current: 0002_langgraph" in after.output and "up to date" in after.output
 
 
 def test_threads_show_and_history(db: list[str]) -> None:

@@ -90,7 +90,10 @@ async def wrap(repo: CheckpointRepository) -> AsyncIterator[Any]:
 
 @pytest.fixture
 async def cached(wrap: Any, redis_url: str, redis_client: Redis) -> CachedCheckpointer:
-    cp: CachedCheckpointer = wrap(redis_url=redis_url, key_prefix="cachetest", cache_ttl=600)
+    # A generous bound: these tests are about the cache's logic, not about a slow Redis.
+    cp: CachedCheckpointer = wrap(
+        redis_url=redis_url, key_prefix="cachetest", cache_ttl=600, redis_timeout=2.0
+    )
     return cp
 
 

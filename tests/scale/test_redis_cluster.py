@@ -37,7 +37,11 @@ async def cached(
     repo = CheckpointRepository(f"sqlite:///{tmp_path / 'c.db'}")
     await repo.asetup()
     client = cluster_client(cluster)
-    cp = CachedCheckpointer(repo, redis=client, key_prefix=f"cl{tmp_path.name[-6:]}")
+    # A generous bound: these tests are about the cluster, not about slow Redis (the
+    # first call also discovers the cluster's slots).
+    cp = CachedCheckpointer(
+        repo, redis=client, key_prefix=f"cl{tmp_path.name[-6:]}", redis_timeout=2.0
+    )
     yield cp
     await cp.aclose()
     await client.aclose()
