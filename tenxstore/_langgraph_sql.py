@@ -1,0 +1,232 @@
+"""The tables of :mod:`tenxstore.langgraph` (``lg_checkpoints``, ``lg_writes``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import (
+    and_,
+    delete,
+    func,
+    insert,
+    select,
+)
+
+from ._repository_core import (
+    RepositoryCore,
+)
+from .config import (
+    RunIds,
+    check_id,
+)
+from .errors import (
+    StaleStateError,
+)
+
+__all__ = ["LangGraphMixin"]
+
+
+class LangGraphMixin(RepositoryCore):
+    """LangGraph checkpoints and writes, under the same thread lock and ownership rules."""
+
+    # The adapter's own tables, under the same thread row lock and ownership rules
+    # as everything else. Values arrive serialized by LangGraph's serde.
+
+    async def _lg_put(
+        self,
+        config: dict[str, Any],
+        ns: str,
+        checkpoint_id: str,
+        parent_id: str | None,
+        typed: tuple[str, bytes],
+        metadata: str,
+        history_limit: int | None,
+    ) -> None:
+        """Store one checkpoint. With a parent, that parent must be the namespace's
+        newest checkpoint: a second writer from the same parent gets StaleStateError."""
+        ids = self._ids(config)
+        c, w = self._t.lg_checkpoints, self._t.lg_writes
+        here = and_(c.c.thread_id == ids.thread_id, c.c.checkpoint_ns == ns)
+        now = self._now()
+        async with self._write(ids.thread_id) as (conn, locked):
+            await self._claim_thread(conn, ids, locked, now)
+            newest = (
+                await conn.execute(
+                    select(c.c.checkpoint_id)
+                    .where(here)
+                    .order_by(c.c.checkpoint_id.desc())
+                    .limit(1)
+                )
+            ).scalar()
+            if parent_id is not None and newest is not None and newest != parent_id:
+                raise StaleStateError(ids.thread_id, parent_id, newest)
+            await conn.execute(delete(c).where(here, c.c.checkpoint_id == checkpoint_id))
+            await conn.execute(
+                insert(c).values(
+                    thread_id=ids.thread_id,
+                    checkpoint_ns=ns,
+                    checkpoint_id=checkpoint_id,
+                    parent_checkpoint_id=parent_id,
+                    type=typed[0],
+                    checkpoint=typed[1],
+                    metadata=metadata,
+                    created_at=now,
+                )
+            )
+            if history_limit is not None:
+                beyond = (
+                    select(c.c.checkpoint_id)
+                    .where(here)
+                    .order_by(c.c.checkpoint_id.desc())
+                    .offset(history_limit)
+                )
+                doomed = (await conn.execute(beyond)).scalars().all()
+                if doomed:
+                    await conn.execute(delete(c).where(here, c.c.checkpoint_id.in_(doomed)))
+                    await conn.execute(
+                        delete(w).where(
+                            w.c.thread_id == ids.thread_id,
+                            w.c.checkpoint_ns == ns,
+                            w.c.checkpoint_id.in_(doomed),
+                        )
+                    )
+
+    async def _lg_put_writes(
+        self,
+        config: dict[str, Any],
+        ns: str,
+        checkpoint_id: str,
+        rows: list[dict[str, Any]],
+    ) -> None:
+        """Store a task's writes: a write already stored is kept, except the special
+        channels (negative ``idx``: errors, interrupts...), whose latest write wins."""
+        ids = self._ids(config)
+        w = self._t.lg_writes
+        now = self._now()
+        async with self._write(ids.thread_id) as (conn, locked):
+            await self._claim_thread(conn, ids, locked, now)
+            for row in rows:
+                key = and_(
+                    w.c.thread_id == ids.thread_id,
+                    w.c.checkpoint_ns == ns,
+                    w.c.checkpoint_id == checkpoint_id,
+                    w.c.task_id == row["task_id"],
+                    w.c.idx == row["idx"],
+                )
+                if row["idx"] < 0:
+                    await conn.execute(delete(w).where(key))
+                exists = (await conn.execute(select(w.c.idx).where(key))).first()
+                if exists is None:
+                    await conn.execute(
+                        insert(w).values(
+                            thread_id=ids.thread_id,
+                            checkpoint_ns=ns,
+                            checkpoint_id=checkpoint_id,
+                            **row,
+                        )
+                    )
+
+    async def _lg_rows(
+        self,
+        config: dict[str, Any] | None,
+        ns: str | None,
+        checkpoint_id: str | None,
+        before: str | None,
+        limit: int | None,
+    ) -> list[tuple[Any, list[Any]]]:
+        """Checkpoints newest first (with their writes), narrowed as asked."""
+        c, w = self._t.lg_checkpoints, self._t.lg_writes
+        stmt = select(*c.c)
+        if config is not None:
+            ids = self._ids(config)
+            stmt = stmt.where(c.c.thread_id == self._visible_thread(ids))
+        if ns is not None:
+            stmt = stmt.where(c.c.checkpoint_ns == ns)
+        if checkpoint_id is not None:
+            stmt = stmt.where(c.c.checkpoint_id == checkpoint_id)
+        if before is not None:
+            stmt = stmt.where(c.c.checkpoint_id < before)
+        stmt = stmt.order_by(c.c.thread_id, c.c.checkpoint_ns, c.c.checkpoint_id.desc())
+        if config is not None:
+            stmt = stmt.order_by(None).order_by(c.c.checkpoint_id.desc(), c.c.checkpoint_ns)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        async with self._snapshot() as conn:
+            rows = (await conn.execute(stmt)).all()
+            result = []
+            for row in rows:
+                writes = (
+                    await conn.execute(
+                        select(w.c.task_id, w.c.channel, w.c.type, w.c.value)
+                        .where(
+                            w.c.thread_id == row.thread_id,
+                            w.c.checkpoint_ns == row.checkpoint_ns,
+                            w.c.checkpoint_id == row.checkpoint_id,
+                        )
+                        .order_by(w.c.task_path, w.c.task_id, w.c.idx)
+                    )
+                ).all()
+                result.append((row, list(writes)))
+        return result
+
+    async def _lg_prune(self, thread_ids: Iterable[Any], keep_latest: bool) -> None:
+        """Keep only each namespace's newest checkpoint (with its writes), or nothing."""
+        c, w = self._t.lg_checkpoints, self._t.lg_writes
+        for raw_id in thread_ids:
+            thread_id = check_id("thread_id", raw_id, self._id_type)
+            async with self._write(thread_id) as (conn, locked):
+                if locked is None:
+                    continue
+                if not keep_latest:
+                    await conn.execute(delete(w).where(w.c.thread_id == thread_id))
+                    await conn.execute(delete(c).where(c.c.thread_id == thread_id))
+                    continue
+                newest = (
+                    select(c.c.checkpoint_ns, func.max(c.c.checkpoint_id).label("newest"))
+                    .where(c.c.thread_id == thread_id)
+                    .group_by(c.c.checkpoint_ns)
+                )
+                keep = {(r.checkpoint_ns, r.newest) for r in await conn.execute(newest)}
+                rows = await conn.execute(
+                    select(c.c.checkpoint_ns, c.c.checkpoint_id).where(c.c.thread_id == thread_id)
+                )
+                for ns, checkpoint_id in [tuple(r) for r in rows if tuple(r) not in keep]:
+                    for table in (w, c):
+                        await conn.execute(
+                            delete(table).where(
+                                table.c.thread_id == thread_id,
+                                table.c.checkpoint_ns == ns,
+                                table.c.checkpoint_id == checkpoint_id,
+                            )
+                        )
+
+    async def _lg_copy(self, source: Any, target: Any) -> None:
+        """Copy a thread's checkpoints and writes to another thread (owned alike)."""
+        c, w = self._t.lg_checkpoints, self._t.lg_writes
+        source = check_id("thread_id", source, self._id_type)
+        target = check_id("thread_id", target, self._id_type)
+        async with self._snapshot() as conn:
+            owner = (
+                await conn.execute(
+                    select(self._t.threads.c.user_id).where(self._t.threads.c.thread_id == source)
+                )
+            ).first()
+            checkpoints = [
+                dict(r._mapping)
+                for r in await conn.execute(select(*c.c).where(c.c.thread_id == source))
+            ]
+            writes = [
+                dict(r._mapping)
+                for r in await conn.execute(select(*w.c).where(w.c.thread_id == source))
+            ]
+        if owner is None or not checkpoints:
+            return
+        ids = RunIds(thread_id=target, user_id=owner.user_id, isolated=False)
+        async with self._write(target) as (conn, locked):
+            await self._claim_thread(conn, ids, locked, self._now())
+            await conn.execute(delete(w).where(w.c.thread_id == target))
+            await conn.execute(delete(c).where(c.c.thread_id == target))
+            await conn.execute(insert(c), [{**r, "thread_id": target} for r in checkpoints])
+            if writes:
+                await conn.execute(insert(w), [{**r, "thread_id": target} for r in writes])
