@@ -26,6 +26,8 @@ from .errors import (
 
 __all__ = ["LangGraphMixin"]
 
+_BATCH = 500  # checkpoints whose writes are read in one query
+
 
 class LangGraphMixin(RepositoryCore):
     """LangGraph checkpoints and writes, under the same thread lock and ownership rules."""
@@ -147,28 +149,43 @@ class LangGraphMixin(RepositoryCore):
             stmt = stmt.where(c.c.checkpoint_id == checkpoint_id)
         if before is not None:
             stmt = stmt.where(c.c.checkpoint_id < before)
-        stmt = stmt.order_by(c.c.thread_id, c.c.checkpoint_ns, c.c.checkpoint_id.desc())
-        if config is not None:
-            stmt = stmt.order_by(None).order_by(c.c.checkpoint_id.desc(), c.c.checkpoint_ns)
+        if config is not None:  # one thread: newest first across its namespaces
+            stmt = stmt.order_by(c.c.checkpoint_id.desc(), c.c.checkpoint_ns)
+        else:
+            stmt = stmt.order_by(c.c.thread_id, c.c.checkpoint_ns, c.c.checkpoint_id.desc())
         if limit is not None:
             stmt = stmt.limit(limit)
         async with self._snapshot() as conn:
             rows = (await conn.execute(stmt)).all()
-            result = []
-            for row in rows:
-                writes = (
-                    await conn.execute(
-                        select(w.c.task_id, w.c.channel, w.c.type, w.c.value)
-                        .where(
-                            w.c.thread_id == row.thread_id,
-                            w.c.checkpoint_ns == row.checkpoint_ns,
-                            w.c.checkpoint_id == row.checkpoint_id,
-                        )
-                        .order_by(w.c.task_path, w.c.task_id, w.c.idx)
+            writes: dict[tuple[Any, str, str], list[Any]] = {
+                (r.thread_id, r.checkpoint_ns, r.checkpoint_id): [] for r in rows
+            }
+            # One query per batch of checkpoints, not one per checkpoint.
+            for start in range(0, len(rows), _BATCH):
+                batch = rows[start : start + _BATCH]
+                found = await conn.execute(
+                    select(
+                        w.c.thread_id,
+                        w.c.checkpoint_ns,
+                        w.c.checkpoint_id,
+                        w.c.task_id,
+                        w.c.channel,
+                        w.c.type,
+                        w.c.value,
                     )
-                ).all()
-                result.append((row, list(writes)))
-        return result
+                    .where(
+                        w.c.thread_id.in_({r.thread_id for r in batch}),
+                        w.c.checkpoint_id.in_({r.checkpoint_id for r in batch}),
+                    )
+                    .order_by(w.c.task_path, w.c.task_id, w.c.idx)
+                )
+                for write in found:
+                    key = (write.thread_id, write.checkpoint_ns, write.checkpoint_id)
+                    if key in writes:
+                        writes[key].append(write)
+        return [
+            (row, writes[(row.thread_id, row.checkpoint_ns, row.checkpoint_id)]) for row in rows
+        ]
 
     async def _lg_prune(self, thread_ids: Iterable[Any], keep_latest: bool) -> None:
         """Keep only each namespace's newest checkpoint (with its writes), or nothing."""

@@ -13,14 +13,14 @@ Beyond LangGraph's own savers:
   the thread's history otherwise); writes are serialized by the thread's row lock;
 * **bounded history**: ``history_limit`` keeps the newest N checkpoints per namespace.
 
-Needs the ``langgraph`` extra. Synchronous methods are not provided: use the graph's
-async API (``ainvoke``, ``astream``).
+Needs the ``langgraph`` extra. The synchronous methods are LangGraph's defaults, which
+raise ``NotImplementedError``: use the graph's async API (``ainvoke``, ``astream``).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 try:
@@ -249,36 +249,3 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             count += 1
             if limit is not None and count >= limit:
                 return
-
-    # -- sync API: not provided ----------------------------------------------------
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        raise NotImplementedError("TenxCheckpointSaver is async: use aget_tuple / ainvoke")
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        raise NotImplementedError("TenxCheckpointSaver is async: use alist / astream")
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        raise NotImplementedError("TenxCheckpointSaver is async: use aput / ainvoke")
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        raise NotImplementedError("TenxCheckpointSaver is async: use aput_writes / ainvoke")
