@@ -16,9 +16,9 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from alembic import context
-from tenxstore import _dialect
-from tenxstore.config import check_id_type
+from tenxstore.backends import async_url, open_backend
 from tenxstore.models import Base
+from tenxstore.validate import check_id_type
 
 config = context.config
 target_metadata = Base.metadata
@@ -84,21 +84,19 @@ async def run_async_migrations() -> None:
             "no database URL: set TENXSTORE_DATABASE_URL, pass -x url=..., "
             "or set sqlalchemy.url in alembic.ini"
         )
-    engine = _dialect.make_engine(url)
+    backend = open_backend(url)
     try:
-        async with engine.connect() as connection:
-            await connection.execution_options(**{_dialect.WRITE_OPTION: True})
+        async with backend.migration_connection() as connection:
             await connection.run_sync(do_run_migrations)
-            await connection.commit()
     finally:
-        await engine.dispose()
+        await backend.aclose()
 
 
 def run_migrations_offline() -> None:
     """Emit SQL for the configured URL without connecting (`alembic upgrade --sql`)."""
     url = _setting("url", "TENXSTORE_DATABASE_URL") or config.get_main_option("sqlalchemy.url")
     context.configure(
-        url=str(_dialect.async_url(url)) if url else None,
+        url=str(async_url(url)) if url else None,
         target_metadata=target_metadata,
         version_table_schema=schema,
         literal_binds=True,

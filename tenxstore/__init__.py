@@ -1,5 +1,6 @@
 """tenxstore: durable, versioned, per-user persistence for AI-agent threads."""
 
+from .backends import transaction_pooling_args
 from .cache import CachedCheckpointer
 from .errors import (
     ConfigError,
@@ -15,6 +16,7 @@ from .errors import (
     ToolExecutionNotFound,
 )
 from .presets import InMemoryCheckpointer, PgCheckpointer, SqliteCheckpointer
+from .protocol import Checkpointer
 from .repository import CheckpointRepository
 from .types import (
     AuthPolicy,
@@ -29,6 +31,7 @@ __all__ = [
     "AuthPolicy",
     "CachedCheckpointer",
     "CheckpointRepository",
+    "Checkpointer",
     "ConfigError",
     "ConnectionLost",
     "ImportConflict",
@@ -48,6 +51,7 @@ __all__ = [
     "ToolExecutionInProgress",
     "ToolExecutionMismatch",
     "ToolExecutionNotFound",
+    "transaction_pooling_args",
 ]
 
 __version__ = "0.1.0"

@@ -31,8 +31,18 @@ from redis.retry import Retry
 
 from .config import RunIds, read_config, recorded_version, set_recorded_version
 from .errors import ConfigError, StaleStateError
+from .langgraph_tables import LangGraphTables
+from .protocol import Checkpointer
 from .serde import RESERVED_KEY, decode, encode_state
-from .types import StateSnapshot, ThreadExport, ThreadInfo, ToolExecution
+from .types import (
+    ImportOutcome,
+    OnConflict,
+    StateSnapshot,
+    ThreadExport,
+    ThreadInfo,
+    ToolExecution,
+)
+from .validate import IdType
 
 __all__ = ["CachedCheckpointer", "cache_key"]
 
@@ -242,7 +252,7 @@ class CachedCheckpointer:
 
     def __init__(
         self,
-        inner: Any,
+        inner: Checkpointer,
         *,
         redis: Any = None,
         redis_url: str | None = None,
@@ -288,28 +298,40 @@ class CachedCheckpointer:
     @property
     def state_history_limit(self) -> int:
         """State versions the wrapped repository retains per thread."""
-        limit: int = self.inner.state_history_limit
-        return limit
+        return self.inner.state_history_limit
 
     @property
     def enforce_user_isolation(self) -> bool:
         """Whether calls are scoped to ``config["user_id"]`` by default."""
-        flag: bool = self.inner.enforce_user_isolation
-        return flag
+        return self.inner.enforce_user_isolation
 
     @property
     def tool_lease_seconds(self) -> float:
         """Lease of a tool-call claim."""
-        lease: float = self.inner.tool_lease_seconds
-        return lease
+        return self.inner.tool_lease_seconds
+
+    @property
+    def id_type(self) -> IdType:
+        """Type of ``thread_id``."""
+        return self.inner.id_type
+
+    @property
+    def user_id_type(self) -> IdType:
+        """Type of ``user_id``."""
+        return self.inner.user_id_type
+
+    @property
+    def langgraph(self) -> LangGraphTables:
+        """The LangGraph tables of the wrapped repository."""
+        return self.inner.langgraph
 
     def _ids(self, config: object) -> RunIds:
         inner = self.inner
         return read_config(
             config,
             isolation=inner.enforce_user_isolation,
-            id_type=getattr(inner, "id_type", "string"),
-            user_id_type=getattr(inner, "user_id_type", "string"),
+            id_type=inner.id_type,
+            user_id_type=inner.user_id_type,
         )
 
     def _key(self, ids: RunIds) -> str:
@@ -384,7 +406,7 @@ class CachedCheckpointer:
         """
         ids = self._ids(config)
         try:
-            version: int = await self.inner.aput_checkpoint(config, state, messages, meta=meta)
+            version = await self.inner.aput_checkpoint(config, state, messages, meta=meta)
         except StaleStateError:
             await self._delete([self._key(ids)])
             raise
@@ -399,8 +421,7 @@ class CachedCheckpointer:
 
     async def aget_state(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The latest durable state, from the database (the cache is not consulted)."""
-        state: dict[str, Any] | None = await self.inner.aget_state(config)
-        return state
+        return await self.inner.aget_state(config)
 
     async def aget_state_cache(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The latest state: Redis first, then the database (refreshing Redis).
@@ -417,7 +438,7 @@ class CachedCheckpointer:
             cached: dict[str, Any] = decode(raw)
             set_recorded_version(config, cached.pop(RESERVED_KEY))
             return cached
-        state: dict[str, Any] | None = await self.inner.aget_state(config)
+        state = await self.inner.aget_state(config)
         if state is not None:
             await self._put(key, state, recorded_version(config) or 0)
         return state
@@ -439,15 +460,13 @@ class CachedCheckpointer:
         self, config: dict[str, Any], limit: int | None = None
     ) -> list[StateSnapshot]:
         """Retained history, newest first (from the database)."""
-        result: list[StateSnapshot] = await self.inner.alist_states(config, limit)
-        return result
+        return await self.inner.alist_states(config, limit)
 
     async def aget_messages(
         self, config: dict[str, Any], limit: int | None = None, after_id: str | None = None
     ) -> list[dict[str, Any]]:
         """Messages in insertion order (from the database)."""
-        result: list[dict[str, Any]] = await self.inner.aget_messages(config, limit, after_id)
-        return result
+        return await self.inner.aget_messages(config, limit, after_id)
 
     # -- threads -----------------------------------------------------------------
 
@@ -458,25 +477,22 @@ class CachedCheckpointer:
         metadata: dict[str, Any] | None = None,
     ) -> ThreadInfo:
         """Create or update the thread record (no state change, no cache change)."""
-        result: ThreadInfo = await self.inner.aput_thread(config, name, metadata)
-        return result
+        return await self.inner.aput_thread(config, name, metadata)
 
     async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
         """The thread record, or None."""
-        result: ThreadInfo | None = await self.inner.aget_thread(config)
-        return result
+        return await self.inner.aget_thread(config)
 
     async def alist_threads(
         self, config: dict[str, Any], limit: int = 50, offset: int = 0
     ) -> list[ThreadInfo]:
         """The caller's threads, most recently updated first."""
-        result: list[ThreadInfo] = await self.inner.alist_threads(config, limit, offset)
-        return result
+        return await self.inner.alist_threads(config, limit, offset)
 
     async def aclean_thread(self, config: dict[str, Any]) -> bool:
         """Delete the thread and its data, then its cache entries of both modes."""
         ids = self._ids(config)
-        removed: bool = await self.inner.aclean_thread(config)
+        removed = await self.inner.aclean_thread(config)
         await self._delete([self._key(ids), *self._other_keys(ids)])
         return removed
 
@@ -486,33 +502,25 @@ class CachedCheckpointer:
         self, config: dict[str, Any], tool_call_id: str, tool_name: str, args: dict[str, Any]
     ) -> ToolExecution:
         """Claim a tool call (see the repository)."""
-        result: ToolExecution = await self.inner.abegin_tool_execution(
-            config, tool_call_id, tool_name, args
-        )
-        return result
+        return await self.inner.abegin_tool_execution(config, tool_call_id, tool_name, args)
 
     async def acomplete_tool_execution(
         self, config: dict[str, Any], tool_call_id: str, result: Any
     ) -> ToolExecution:
         """Record a tool call's result; the first success wins."""
-        done: ToolExecution = await self.inner.acomplete_tool_execution(
-            config, tool_call_id, result
-        )
-        return done
+        return await self.inner.acomplete_tool_execution(config, tool_call_id, result)
 
     async def afail_tool_execution(
         self, config: dict[str, Any], tool_call_id: str, error: str | BaseException
     ) -> ToolExecution:
         """Record a tool call's failure."""
-        done: ToolExecution = await self.inner.afail_tool_execution(config, tool_call_id, error)
-        return done
+        return await self.inner.afail_tool_execution(config, tool_call_id, error)
 
     async def aget_tool_execution(
         self, config: dict[str, Any], tool_call_id: str
     ) -> ToolExecution | None:
         """The ledger record of a tool call, or None."""
-        record: ToolExecution | None = await self.inner.aget_tool_execution(config, tool_call_id)
-        return record
+        return await self.inner.aget_tool_execution(config, tool_call_id)
 
     async def arun_tool_once(
         self,
@@ -529,8 +537,7 @@ class CachedCheckpointer:
 
     async def alist_tool_executions(self, config: dict[str, Any]) -> list[ToolExecution]:
         """Every tool call of the thread (see the repository)."""
-        calls: list[ToolExecution] = await self.inner.alist_tool_executions(config)
-        return calls
+        return await self.inner.alist_tool_executions(config)
 
     async def aiter_threads(self, batch: int = 500) -> AsyncIterator[ThreadInfo]:
         """Every thread of every user, in ``thread_id`` order."""
@@ -539,13 +546,14 @@ class CachedCheckpointer:
 
     async def aexport_thread(self, config: dict[str, Any]) -> ThreadExport | None:
         """Everything stored of one thread (see the repository)."""
-        export: ThreadExport | None = await self.inner.aexport_thread(config)
-        return export
+        return await self.inner.aexport_thread(config)
 
-    async def aimport_thread(self, export: ThreadExport, *, on_conflict: str = "fail") -> str:
+    async def aimport_thread(
+        self, export: ThreadExport, *, on_conflict: OnConflict = "fail"
+    ) -> ImportOutcome:
         """Write an exported thread back (see the repository), then drop its cache
         entries of both isolation modes."""
-        outcome: str = await self.inner.aimport_thread(export, on_conflict=on_conflict)
+        outcome = await self.inner.aimport_thread(export, on_conflict=on_conflict)
         thread = export.thread
         await self._delete(
             [

@@ -11,26 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from .errors import ConfigError
+from .validate import IdType, check_count, check_id
 
 __all__ = [
     "VERSION_KEY",
-    "IdType",
     "RunIds",
-    "check_id",
-    "check_id_type",
+    "isolation_applies",
     "read_config",
     "recorded_version",
     "set_recorded_version",
 ]
 
 VERSION_KEY = "_checkpoint_version"
-IdType = Literal["string", "int", "bigint"]
-_ID_TYPES: tuple[str, ...] = ("string", "int", "bigint")
-_INT_BOUNDS = {"int": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1)}
-MAX_ID_LENGTH = 255
 
 
 @dataclass(frozen=True)
@@ -40,31 +35,6 @@ class RunIds:
     thread_id: Any
     user_id: Any
     isolated: bool
-
-
-def check_id_type(name: str, value: object) -> IdType:
-    """Validate an ``id_type`` / ``user_id_type`` constructor argument."""
-    if value not in _ID_TYPES:
-        raise ConfigError(f"{name} must be one of {', '.join(_ID_TYPES)}, not {value!r}")
-    return value  # type: ignore[return-value]  # narrowed by the membership test
-
-
-def check_id(what: str, value: object, id_type: IdType = "string") -> Any:
-    """Return ``value`` if it is a valid id of ``id_type``, else raise ``ConfigError``."""
-    if id_type == "string":
-        if not isinstance(value, str):
-            raise ConfigError(f"{what} must be a str, not {type(value).__name__}")
-        if not 0 < len(value) <= MAX_ID_LENGTH:
-            raise ConfigError(f"{what} must be 1-{MAX_ID_LENGTH} characters, not {len(value)}")
-        if "\x00" in value:
-            raise ConfigError(f"{what} must not contain U+0000")
-        return value
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{what} must be an int ({id_type}), not {type(value).__name__}")
-    low, high = _INT_BOUNDS[id_type]
-    if not low <= value <= high:
-        raise ConfigError(f"{what} {value} is out of range for {id_type}")
-    return int(value)
 
 
 def _lookup(config: Mapping[str, Any], key: str) -> tuple[Any, Mapping[str, Any] | None]:
@@ -139,9 +109,7 @@ def recorded_version(config: Mapping[str, Any]) -> int | None:
     value, _ = _lookup(config, VERSION_KEY)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{VERSION_KEY} must be a non-negative int, not {value!r}")
-    return value
+    return check_count(VERSION_KEY, value)
 
 
 def set_recorded_version(config: MutableMapping[str, Any], version: int) -> None:

@@ -40,21 +40,13 @@ except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError("tenxstore.langgraph needs: pip install 'tenxstore[langgraph]'") from exc
 
 from .errors import ConfigError
+from .protocol import Checkpointer
 from .serde import decode, encode
 from .types import AuthPolicy
 
 __all__ = ["TenxCheckpointSaver"]
 
 _OPERATOR = AuthPolicy(enforce_user_isolation=False)
-
-
-def _repository(checkpointer: Any) -> Any:
-    """The repository behind a checkpointer (a cached one wraps it as ``.inner``)."""
-    while not hasattr(checkpointer, "_lg_put") and hasattr(checkpointer, "inner"):
-        checkpointer = checkpointer.inner
-    if not hasattr(checkpointer, "_lg_put"):
-        raise ConfigError(f"{type(checkpointer).__name__} is not a tenxstore checkpointer")
-    return checkpointer
 
 
 def _configurable(config: RunnableConfig | None) -> dict[str, Any]:
@@ -74,7 +66,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
 
     def __init__(
         self,
-        checkpointer: Any,
+        checkpointer: Checkpointer,
         *,
         serde: SerializerProtocol | None = None,
         history_limit: int | None = None,
@@ -90,7 +82,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             )
         self.checkpointer = checkpointer
         self.history_limit = history_limit
-        self._repo = _repository(checkpointer)
+        self._tables = checkpointer.langgraph
 
     # -- versions ----------------------------------------------------------------
 
@@ -124,7 +116,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         parent = conf.get("checkpoint_id")
         typed = self.serde.dumps_typed(dict(checkpoint))
         meta = encode(get_checkpoint_metadata(config, metadata), "metadata")
-        await self._repo._lg_put(
+        await self._tables.put(
             {"configurable": conf}, ns, checkpoint["id"], parent, typed, meta, self.history_limit
         )
         return {
@@ -158,7 +150,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
                     "task_path": task_path,
                 }
             )
-        await self._repo._lg_put_writes(
+        await self._tables.put_writes(
             {"configurable": conf}, conf.get("checkpoint_ns", ""), conf["checkpoint_id"], rows
         )
 
@@ -171,11 +163,11 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         every checkpoint (``"delete"``), of each thread."""
         if strategy not in ("keep_latest", "delete"):
             raise ConfigError(f"strategy must be keep_latest or delete, not {strategy!r}")
-        await self._repo._lg_prune(thread_ids, keep_latest=strategy == "keep_latest")
+        await self._tables.prune(thread_ids, keep_latest=strategy == "keep_latest")
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of a thread to another thread id."""
-        await self._repo._lg_copy(source_thread_id, target_thread_id)
+        await self._tables.copy(source_thread_id, target_thread_id)
 
     # -- reads -------------------------------------------------------------------
 
@@ -210,7 +202,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint named in ``config``, or the namespace's newest."""
         conf = _configurable(config)
-        rows = await self._repo._lg_rows(
+        rows = await self._tables.rows(
             {"configurable": conf},
             conf.get("checkpoint_ns", ""),
             get_checkpoint_id(config),
@@ -230,9 +222,9 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         """Checkpoints newest first, by thread, namespace, metadata and ``before``."""
         conf = _configurable(config)
         scope = {"configurable": conf} if conf.get("thread_id") is not None else None
-        if scope is None and self._repo.enforce_user_isolation:
+        if scope is None and self.checkpointer.enforce_user_isolation:
             raise ConfigError("listing every thread's checkpoints needs user isolation off")
-        rows = await self._repo._lg_rows(
+        rows = await self._tables.rows(
             scope,
             conf.get("checkpoint_ns"),
             conf.get("checkpoint_id"),

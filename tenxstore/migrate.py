@@ -14,15 +14,22 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from alembic import command
 
-from . import _dialect
-from .config import IdType
+from .backends import Backend
 from .errors import ConfigError
+from .validate import IdType
 
-__all__ = ["alembic_config", "current_revision", "head_revision", "script_location", "upgrade"]
+__all__ = [
+    "alembic_config",
+    "current_revision",
+    "head_revision",
+    "script_location",
+    "upgrade",
+    "upgrade_connection",
+]
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -73,14 +80,14 @@ def _upgrade_sync(
 
 
 async def upgrade(
-    engine: AsyncEngine,
+    backend: Backend,
     *,
     schema: str | None = None,
     id_type: IdType = "string",
     user_id_type: IdType = "string",
     revision: str = "head",
 ) -> None:
-    """Migrate the database behind ``engine`` to ``revision`` in one locked transaction.
+    """Migrate the database behind ``backend`` to ``revision`` in one locked transaction.
 
     Concurrent callers are serialized: on PostgreSQL by a transaction-scoped advisory
     lock taken in ``env.py``, on SQLite by ``BEGIN IMMEDIATE``.
@@ -88,10 +95,20 @@ async def upgrade(
     Raises:
         ConfigError: The schema exists with other id column types.
     """
-    async with engine.connect() as connection:
-        await connection.execution_options(**{_dialect.WRITE_OPTION: True})
-        async with connection.begin():
-            await connection.run_sync(_upgrade_sync, schema, id_type, user_id_type, revision)
+    async with backend.migration_connection() as connection:
+        await connection.run_sync(_upgrade_sync, schema, id_type, user_id_type, revision)
+
+
+async def upgrade_connection(
+    connection: AsyncConnection,
+    *,
+    schema: str | None = None,
+    id_type: IdType = "string",
+    user_id_type: IdType = "string",
+) -> None:
+    """Migrate to head on ``connection``, in a transaction of its own."""
+    async with connection.begin():
+        await connection.run_sync(_upgrade_sync, schema, id_type, user_id_type, "head")
 
 
 def head_revision() -> str | None:

@@ -36,7 +36,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeEngine
 
-from .config import IdType
+from .validate import IdType
 
 __all__ = [
     "NAMING_CONVENTION",

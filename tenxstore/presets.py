@@ -12,9 +12,11 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ._asyncpg_pool import engine_from_asyncpg_pool
+from .backends import PoolMode
 from .cache import CachedCheckpointer
 from .errors import ConfigError
 from .repository import CheckpointRepository
+from .validate import IdType
 
 __all__ = ["InMemoryCheckpointer", "PgCheckpointer", "SqliteCheckpointer"]
 
@@ -65,13 +67,13 @@ class PgCheckpointer(CachedCheckpointer):
         cache_ttl: float | None = 86400,
         state_history_limit: int = 20,
         enforce_user_isolation: bool = True,
-        user_id_type: str = "string",
-        id_type: str = "string",
+        user_id_type: IdType = "string",
+        id_type: IdType = "string",
         *,
         tool_lease_seconds: float = 900,
         key_prefix: str = "state_cache",
         lock_timeout: float | None = 30.0,
-        pool_mode: str = "session",
+        pool_mode: PoolMode = "session",
     ) -> None:
         if (postgres_dsn is None) == (pg_pool is None):
             raise ConfigError("PgCheckpointer needs exactly one of postgres_dsn= or pg_pool=")

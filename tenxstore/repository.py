@@ -1,47 +1,53 @@
-"""CheckpointRepository: durable, versioned thread storage; the one class that holds all SQL.
+"""CheckpointRepository: durable, versioned thread storage; the one public class.
 
-It is assembled from :class:`~tenxstore._repository_core.RepositoryCore` (engine,
-transactions, shared helpers) and one mixin per concern; this module holds the
-state and thread methods of the product's contract.
+It is chosen by URL and holds what its parts share in a :class:`~tenxstore.store.Store`:
+the backend of its database mode (:mod:`tenxstore.backends`), the statements built
+once (:mod:`tenxstore.statements`) and its settings. The state and thread methods of
+the product's contract live here; the tool ledger, whole-thread export/import and
+the LangGraph tables are collaborators it holds (``.ledger``, ``.exports``,
+``.langgraph``) and whose methods it exposes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import datetime
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import (
-    select,
-    update,
-)
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import select, update
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ._export import ExportMixin
-from ._langgraph_sql import LangGraphMixin
-from ._ledger import LedgerMixin
-from ._repository_core import (
-    RepositoryCore,
-    _check_count,
-    _check_limit,
-    _message_id,
-)
-from .config import (
-    RunIds,
-    recorded_version,
-    set_recorded_version,
-)
-from .errors import (
-    SerializationError,
-    StaleStateError,
-)
+from . import migrate
+from .backends import DEFAULT_LOCK_TIMEOUT_S, POOL_MODES, Backend, PoolMode, open_backend
+from .config import recorded_version, set_recorded_version
+from .errors import ConfigError, SerializationError, StaleStateError
+from .exports import ThreadExports
+from .langgraph_tables import LangGraphTables
+from .ledger import ToolLedger
+from .models import tables_for
 from .serde import decode, encode, encode_state
-from .types import StateSnapshot, ThreadInfo
+from .statements import Statements, snapshot_of, thread_info
+from .store import Settings, Store
+from .types import ImportOutcome, OnConflict, StateSnapshot, ThreadExport, ThreadInfo, ToolExecution
+from .validate import (
+    IdType,
+    check_bool,
+    check_choice,
+    check_count,
+    check_id_type,
+    check_limit,
+    check_positive_number,
+    is_int,
+    message_id,
+)
 
 __all__ = ["CheckpointRepository"]
 
 
-class CheckpointRepository(LedgerMixin, ExportMixin, LangGraphMixin, RepositoryCore):
+class CheckpointRepository:
     """Durable, versioned thread storage on PostgreSQL (asyncpg) or SQLite (aiosqlite).
 
     Args:
@@ -61,18 +67,175 @@ class CheckpointRepository(LedgerMixin, ExportMixin, LangGraphMixin, RepositoryC
         pool_mode: ``"transaction"`` when PostgreSQL is reached through a
             transaction-pooling PgBouncer: no prepared-statement caches and unique
             statement names (for engines tenxstore creates; pass
-            ``transaction_pooling_args()`` as ``connect_args`` to your own), every
-            statement inside a transaction, ``lock_timeout`` set per transaction.
+            :func:`tenxstore.transaction_pooling_args` as ``connect_args`` to your own),
+            every statement inside a transaction, ``lock_timeout`` set per transaction.
 
     Raises:
         ConfigError: An argument is invalid (a ``ValueError``).
     """
+
+    def __init__(
+        self,
+        url_or_engine: str | URL | AsyncEngine,
+        *,
+        schema: str | None = None,
+        state_history_limit: int = 20,
+        enforce_user_isolation: bool = True,
+        id_type: IdType = "string",
+        user_id_type: IdType = "string",
+        engine_options: dict[str, Any] | None = None,
+        tool_lease_seconds: float = 900,
+        lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT_S,
+        pool_mode: PoolMode = "session",
+    ) -> None:
+        pool_mode = check_choice("pool_mode", pool_mode, POOL_MODES)
+        if lock_timeout is not None:
+            lock_timeout = check_positive_number("lock_timeout", lock_timeout)
+        if not is_int(state_history_limit):
+            raise ConfigError(f"state_history_limit must be an int, not {state_history_limit!r}")
+        if state_history_limit < 1:
+            raise ConfigError(f"state_history_limit must be at least 1, not {state_history_limit}")
+        settings = Settings(
+            enforce_user_isolation=check_bool("enforce_user_isolation", enforce_user_isolation),
+            id_type=check_id_type("id_type", id_type),
+            user_id_type=check_id_type("user_id_type", user_id_type),
+            state_history_limit=state_history_limit,
+            tool_lease=timedelta(
+                seconds=check_positive_number("tool_lease_seconds", tool_lease_seconds)
+            ),
+        )
+        if schema is not None and (not isinstance(schema, str) or not schema):
+            raise ConfigError(f"schema must be a non-empty str, not {schema!r}")
+        if engine_options is not None and not isinstance(engine_options, dict):
+            raise ConfigError("engine_options must be a dict")
+        backend = open_backend(
+            url_or_engine,
+            engine_options=engine_options,
+            lock_timeout=lock_timeout,
+            pool_mode=pool_mode,
+        )
+        if schema is not None and not backend.supports_schema:
+            raise ConfigError(f"schema= is a PostgreSQL option; {backend.dialect} has no schemas")
+        tables = tables_for(settings.id_type, settings.user_id_type, schema)
+        self._store = store = Store(backend, Statements(tables, backend), settings)
+        backend.create_schema_on_first_use(self._migrate_on)
+        self.schema = schema
+        self.pool_mode = pool_mode
+        self.lock_timeout = lock_timeout
+        self.state_history_limit = state_history_limit
+        self.enforce_user_isolation = settings.enforce_user_isolation
+        self.tool_lease_seconds = settings.tool_lease.total_seconds()
+        self.ledger = ToolLedger(store)
+        """The tool ledger (:class:`~tenxstore.ledger.ToolLedger`)."""
+        self.exports = ThreadExports(store)
+        """Whole-thread export and import (:class:`~tenxstore.exports.ThreadExports`)."""
+        self.langgraph = LangGraphTables(store)
+        """LangGraph's tables (:class:`~tenxstore.langgraph_tables.LangGraphTables`)."""
+
+    # -- identity and lifecycle --------------------------------------------------------
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine."""
+        return self._store.backend.engine
+
+    @property
+    def backend(self) -> Backend:
+        """The backend of this database mode (``backend.name``: ``"postgresql"``,
+        ``"pgbouncer"``, ``"sqlite"`` or ``"memory"``)."""
+        return self._store.backend
+
+    @property
+    def id_type(self) -> IdType:
+        """Type of ``thread_id``: ``"string"``, ``"int"`` or ``"bigint"``."""
+        return self._store.settings.id_type
+
+    @property
+    def user_id_type(self) -> IdType:
+        """Type of ``user_id``."""
+        return self._store.settings.user_id_type
+
+    @property
+    def dialect(self) -> str:
+        """``"postgresql"`` or ``"sqlite"``."""
+        return self._store.backend.dialect
+
+    async def _migrate_on(self, connection: AsyncConnection) -> None:
+        await migrate.upgrade_connection(
+            connection, schema=self.schema, id_type=self.id_type, user_id_type=self.user_id_type
+        )
+
+    async def asetup(self) -> None:
+        """Migrate the schema to head (creating the PostgreSQL schema when absent).
+
+        Idempotent, and safe when many processes call it at once.
+
+        Raises:
+            ConfigError: The schema was created with other ``id_type`` /
+                ``user_id_type`` values.
+        """
+        await migrate.upgrade(
+            self._store.backend,
+            schema=self.schema,
+            id_type=self.id_type,
+            user_id_type=self.user_id_type,
+        )
+
+    def setup(self) -> None:
+        """Synchronous :meth:`asetup`; works with or without a running event loop.
+
+        The migration runs on a private event loop with its own connections, closed
+        before this returns, so the checkpointer is then usable from any loop.
+
+        Raises:
+            ConfigError: The engine borrows from an asyncpg pool, which belongs to
+                its own event loop: call ``await asetup()`` there instead.
+        """
+        backend = self._store.backend
+        private = backend.setup_engine()
+
+        async def run() -> None:
+            if private is None:  # the database is the backend's one connection
+                await self.asetup()
+                return
+            try:
+                async with private.connect() as connection:
+                    await backend.begin_write(connection)
+                    await self._migrate_on(connection)
+            finally:
+                await private.dispose()
+
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            asyncio.run(run())
+            return
+        # Called from async code: run on a private loop in a worker thread.
+        outcome: list[BaseException] = []
+
+        def worker() -> None:
+            try:
+                asyncio.run(run())
+            except BaseException as exc:  # re-raised in the caller's thread
+                outcome.append(exc)
+
+        thread = threading.Thread(target=worker, name="tenxstore-setup")
+        thread.start()
+        thread.join()
+        if outcome:
+            raise outcome[0]
+
+    async def aclose(self) -> None:
+        """Close the connection pool if this repository created it."""
+        await self._store.backend.aclose()
 
     async def __aenter__(self) -> CheckpointRepository:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+    # -- state -----------------------------------------------------------------------
 
     async def aput_checkpoint(
         self,
@@ -105,72 +268,35 @@ class CheckpointRepository(LedgerMixin, ExportMixin, LangGraphMixin, RepositoryC
             SerializationError: Something cannot be stored; nothing was written.
             ConfigError: The config is invalid.
         """
-        ids = self._ids(config)
+        store = self._store
+        ids = store.ids(config)
         expected = recorded_version(config)
         payload = encode_state(state)
-        meta_text = None if meta is None else self._encode_object(meta, "meta")
-        message_rows = self._encode_messages(messages)
-        now = self._now()
-        hot = self._hot
-        async with self._write(ids.thread_id) as (conn, locked):
-            head = await self._claim_thread(conn, ids, locked, now)
+        meta_text = None if meta is None else store.encode_object(meta, "meta")
+        message_rows = store.encode_messages(messages)
+        now = store.now()
+        async with store.write(ids.thread_id) as (conn, locked):
+            head = await store.claim_thread(conn, ids, locked, now)
             if expected is not None and expected != head:
                 raise StaleStateError(ids.thread_id, expected, head)
             version = head + 1
-            if hot.write_all is not None:
-                await conn.execute(
-                    hot.write_all,
-                    {
-                        "b_thread": ids.thread_id,
-                        "b_version": version,
-                        "b_state": payload,
-                        "b_meta": meta_text,
-                        "b_now": now,
-                        "b_ids": [r["message_id"] for r in message_rows],
-                        "b_roles": [r["role"] for r in message_rows],
-                        "b_payloads": [r["payload"] for r in message_rows],
-                        "b_upto": version - self.state_history_limit,
-                    },
-                )
-            else:
-                await self._write_rows(conn, ids, version, payload, meta_text, message_rows, now)
+            upto = version - self.state_history_limit
+            await store.backend.write_state(
+                conn,
+                store.sql,
+                {
+                    "b_thread": ids.thread_id,
+                    "b_version": version,
+                    "b_state": payload,
+                    "b_meta": meta_text,
+                    "b_now": now,
+                    "b_upto": upto,
+                    "messages": message_rows,
+                },
+                prune=upto > 0,
+            )
         set_recorded_version(config, version)
         return version
-
-    async def _write_rows(
-        self,
-        conn: AsyncConnection,
-        ids: RunIds,
-        version: int,
-        payload: str,
-        meta_text: str | None,
-        message_rows: list[dict[str, Any]],
-        now: datetime,
-    ) -> None:
-        """The state write as separate statements (SQLite, where a round trip is free)."""
-        hot = self._hot
-        await conn.execute(
-            hot.insert_state,
-            {
-                "thread_id": ids.thread_id,
-                "version": version,
-                "state_data": payload,
-                "meta": meta_text,
-                "created_at": now,
-            },
-        )
-        if message_rows:
-            for row in message_rows:
-                row["thread_id"], row["created_at"] = ids.thread_id, now
-            await conn.execute(hot.insert_messages, message_rows)
-        await conn.execute(
-            hot.bump, {"b_thread": ids.thread_id, "b_version": version, "b_now": now}
-        )
-        if version > self.state_history_limit:
-            await conn.execute(
-                hot.prune,
-                {"b_thread": ids.thread_id, "b_upto": version - self.state_history_limit},
-            )
 
     async def aput_state(
         self, config: dict[str, Any], state: dict[str, Any], *, meta: dict[str, Any] | None = None
@@ -180,13 +306,14 @@ class CheckpointRepository(LedgerMixin, ExportMixin, LangGraphMixin, RepositoryC
 
     async def aget_state(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The latest durable state, or None; records its version (0 when none) in config."""
-        ids = self._ids(config)
+        store = self._store
+        ids = store.ids(config)
         if ids.isolated:
-            rows = await self._fetch(
-                self._hot.head_state_of_user, {"b_thread": ids.thread_id, "b_user": ids.user_id}
+            rows = await store.read(
+                store.sql.head_state_of_user, {"b_thread": ids.thread_id, "b_user": ids.user_id}
             )
         else:
-            rows = await self._fetch(self._hot.head_state, {"b_thread": ids.thread_id})
+            rows = await store.read(store.sql.head_state, {"b_thread": ids.thread_id})
         row = rows[0] if rows else None
         if row is None or row.state_data is None:
             set_recorded_version(config, 0 if row is None else row.version)
@@ -203,25 +330,26 @@ class CheckpointRepository(LedgerMixin, ExportMixin, LangGraphMixin, RepositoryC
         self, config: dict[str, Any], state: dict[str, Any], version: int
     ) -> bool:
         """There is no cache here: validates the arguments and returns False."""
-        self._ids(config)
+        self._store.ids(config)
         encode_state(state)
-        _check_count("version", version)
+        check_count("version", version)
         return False
 
     async def alist_states(
         self, config: dict[str, Any], limit: int | None = None
     ) -> list[StateSnapshot]:
         """The retained state versions, newest first."""
-        ids = self._ids(config)
-        limit = _check_limit(limit)
-        s = self._t.states
+        store = self._store
+        ids = store.ids(config)
+        limit = check_limit(limit)
+        s = store.tables.states
         stmt = (
             select(s.c.version, s.c.state_data, s.c.meta, s.c.created_at)
-            .where(s.c.thread_id == self._visible_thread(ids))
+            .where(s.c.thread_id == store.visible_thread(ids))
             .order_by(s.c.version.desc())
             .limit(limit)
         )
-        return [self._snapshot_of(row) for row in await self._fetch(stmt)]
+        return [snapshot_of(row) for row in await store.read(stmt)]
 
     async def aget_messages(
         self, config: dict[str, Any], limit: int | None = None, after_id: str | None = None
@@ -233,19 +361,22 @@ class CheckpointRepository(LedgerMixin, ExportMixin, LangGraphMixin, RepositoryC
             limit: Keep the first ``limit`` messages of the range.
             after_id: Start after the message with this id (an unknown id gives ``[]``).
         """
-        ids = self._ids(config)
-        limit = _check_limit(limit)
-        m = self._t.messages
-        stmt = select(m.c.payload).where(m.c.thread_id == self._visible_thread(ids))
+        store = self._store
+        ids = store.ids(config)
+        limit = check_limit(limit)
+        m = store.tables.messages
+        stmt = select(m.c.payload).where(m.c.thread_id == store.visible_thread(ids))
         if after_id is not None:
             after = (
                 select(m.c.seq)
-                .where(m.c.thread_id == ids.thread_id, m.c.message_id == _message_id(after_id))
+                .where(m.c.thread_id == ids.thread_id, m.c.message_id == message_id(after_id))
                 .scalar_subquery()
             )
             stmt = stmt.where(m.c.seq > after)
         stmt = stmt.order_by(m.c.seq).limit(limit)
-        return [decode(row.payload) for row in await self._fetch(stmt)]
+        return [decode(row.payload) for row in await store.read(stmt)]
+
+    # -- threads ---------------------------------------------------------------------
 
     async def aput_thread(
         self,
@@ -257,18 +388,19 @@ class CheckpointRepository(LedgerMixin, ExportMixin, LangGraphMixin, RepositoryC
 
         Never changes the state version.
         """
-        ids = self._ids(config)
+        store = self._store
+        ids = store.ids(config)
         values: dict[str, Any] = {}
         if name is not None:
             if not isinstance(name, str):
                 raise SerializationError(f"name must be a str, not {type(name).__name__}")
             values["name"] = encode(name, "name")
         if metadata is not None:
-            values["metadata"] = self._encode_object(metadata, "metadata")
-        now = self._now()
-        t = self._t.threads
-        async with self._write(ids.thread_id) as (conn, locked):
-            await self._claim_thread(conn, ids, locked, now)
+            values["metadata"] = store.encode_object(metadata, "metadata")
+        now = store.now()
+        t = store.tables.threads
+        async with store.write(ids.thread_id) as (conn, locked):
+            await store.claim_thread(conn, ids, locked, now)
             row = (
                 await conn.execute(
                     update(t)
@@ -277,30 +409,31 @@ class CheckpointRepository(LedgerMixin, ExportMixin, LangGraphMixin, RepositoryC
                     .returning(*t.c)
                 )
             ).one()
-        return self._thread_info(row)
+        return thread_info(row)
 
     async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
         """The thread record, or None (also when another user owns it)."""
-        ids = self._ids(config)
-        t = self._t.threads
-        rows = await self._fetch(select(*t.c).where(self._owned(ids)))
-        return self._thread_info(rows[0]) if rows else None
+        store = self._store
+        ids = store.ids(config)
+        rows = await store.read(select(*store.tables.threads.c).where(store.owned(ids)))
+        return thread_info(rows[0]) if rows else None
 
     async def alist_threads(
         self, config: dict[str, Any], limit: int = 50, offset: int = 0
     ) -> list[ThreadInfo]:
         """The caller's threads, most recently updated first (all when isolation is off)."""
-        ids = self._ids(config, need_thread=False)
-        limit = _check_count("limit", limit)
-        offset = _check_count("offset", offset)
-        t = self._t.threads
+        store = self._store
+        ids = store.ids(config, need_thread=False)
+        limit = check_count("limit", limit)
+        offset = check_count("offset", offset)
+        t = store.tables.threads
         stmt = select(*t.c)
         if ids.isolated:
             stmt = stmt.where(t.c.user_id == ids.user_id)
         stmt = (
             stmt.order_by(t.c.updated_at.desc(), t.c.thread_id.desc()).limit(limit).offset(offset)
         )
-        return [self._thread_info(row) for row in await self._fetch(stmt)]
+        return [thread_info(row) for row in await store.read(stmt)]
 
     async def aclean_thread(self, config: dict[str, Any]) -> bool:
         """Delete the thread with its states, messages and tool executions.
@@ -311,10 +444,84 @@ class CheckpointRepository(LedgerMixin, ExportMixin, LangGraphMixin, RepositoryC
         Raises:
             ThreadOwnershipError: Another user owns the thread.
         """
-        ids = self._ids(config)
-        async with self._write(ids.thread_id) as (conn, locked):
+        store = self._store
+        ids = store.ids(config)
+        async with store.write(ids.thread_id) as (conn, locked):
             if locked is None:
                 return False
-            self._check_owner(ids, locked)
-            await self._delete_thread(conn, ids.thread_id)
+            store.check_owner(ids, locked)
+            await store.delete_thread(conn, ids.thread_id)
         return True
+
+    # -- the tool ledger (see ToolLedger) -----------------------------------------------
+
+    async def abegin_tool_execution(
+        self, config: dict[str, Any], tool_call_id: str, tool_name: str, args: dict[str, Any]
+    ) -> ToolExecution:
+        """Claim a tool call (:meth:`ToolLedger.abegin_tool_execution`)."""
+        return await self.ledger.abegin_tool_execution(config, tool_call_id, tool_name, args)
+
+    async def acomplete_tool_execution(
+        self, config: dict[str, Any], tool_call_id: str, result: Any
+    ) -> ToolExecution:
+        """Record a tool call's result; the first success wins."""
+        return await self.ledger.acomplete_tool_execution(config, tool_call_id, result)
+
+    async def afail_tool_execution(
+        self, config: dict[str, Any], tool_call_id: str, error: str | BaseException
+    ) -> ToolExecution:
+        """Record a tool call's failure (a succeeded call keeps its success)."""
+        return await self.ledger.afail_tool_execution(config, tool_call_id, error)
+
+    async def aget_tool_execution(
+        self, config: dict[str, Any], tool_call_id: str
+    ) -> ToolExecution | None:
+        """The ledger record of a tool call, or None (also for another user's thread)."""
+        return await self.ledger.aget_tool_execution(config, tool_call_id)
+
+    async def arun_tool_once(
+        self,
+        config: dict[str, Any],
+        tool_call_id: str,
+        tool_name: str,
+        args: dict[str, Any],
+        fn: Callable[..., Any],
+    ) -> Any:
+        """Run ``fn(**args)`` at most once per live claim; replay the stored result after.
+
+        Once one run has succeeded, every later call — in any process, after any
+        restart — returns the stored result without calling ``fn``. If ``fn`` raises,
+        the failure is recorded and the exception re-raised; the next call claims the
+        tool again. Across an expired lease the body may run again (at-least-once).
+
+        Returns:
+            The recorded result (as stored: JSON, so tuples come back as lists).
+
+        Raises:
+            ToolExecutionInProgress: Another worker is running this call now.
+            SerializationError: ``fn`` returned something that is not JSON.
+        """
+        return await self.ledger.arun_tool_once(config, tool_call_id, tool_name, args, fn)
+
+    async def alist_tool_executions(self, config: dict[str, Any]) -> list[ToolExecution]:
+        """Every tool call of the thread, in the order they were first claimed."""
+        return await self.ledger.alist_tool_executions(config)
+
+    # -- whole threads (see ThreadExports) ----------------------------------------------
+
+    async def aiter_threads(self, batch: int = 500) -> AsyncIterator[ThreadInfo]:
+        """Every thread of every user, in ``thread_id`` order, read ``batch`` at a time."""
+        async for info in self.exports.aiter_threads(batch):
+            yield info
+
+    async def aexport_thread(self, config: dict[str, Any]) -> ThreadExport | None:
+        """Everything stored of one thread, read in one snapshot; None when absent
+        (or another user's while isolation applies)."""
+        return await self.exports.aexport_thread(config)
+
+    async def aimport_thread(
+        self, export: ThreadExport, *, on_conflict: OnConflict = "fail"
+    ) -> ImportOutcome:
+        """Write an exported thread back, in one transaction (see
+        :meth:`ThreadExports.aimport_thread`)."""
+        return await self.exports.aimport_thread(export, on_conflict=on_conflict)

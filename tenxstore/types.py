@@ -8,7 +8,9 @@ from typing import Any, Literal
 
 __all__ = [
     "AuthPolicy",
+    "ImportOutcome",
     "MessageRecord",
+    "OnConflict",
     "StateSnapshot",
     "ThreadExport",
     "ThreadInfo",
@@ -17,6 +19,10 @@ __all__ = [
 ]
 
 ToolStatus = Literal["started", "succeeded", "failed"]
+OnConflict = Literal["fail", "skip", "replace"]
+"""What an import does with a thread that exists with other content."""
+ImportOutcome = Literal["created", "unchanged", "skipped", "replaced"]
+"""What an import did with one thread."""
 
 
 @dataclass(frozen=True)

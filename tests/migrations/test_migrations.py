@@ -105,7 +105,7 @@ async def test_programmatic_downgrade_and_upgrade(database: Any) -> None:
         await repo.asetup()
         await repo.asetup()  # idempotent
         assert await _tables(url, schema) >= TABLES
-        await migrate.upgrade(repo.engine, schema=schema, revision="head")
+        await migrate.upgrade(repo.backend, schema=schema, revision="head")
         config = migrate.alembic_config(url=url, schema=schema)
         await asyncio.to_thread(command.downgrade, config, "base")
         assert await _tables(url, schema) - {"alembic_version"} == set()

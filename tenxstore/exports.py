@@ -1,4 +1,9 @@
-"""Whole threads: listing every thread, export and import (the CLI's archive and copy)."""
+"""Whole threads: every thread of a store, and one thread's export and import.
+
+The CLI's ``export``, ``import`` and ``copy`` are built on these operator calls: they
+take no run config (or one with an operator ``AuthPolicy``) and read or write a whole
+thread — record, retained states, messages, tool ledger — in one transaction.
+"""
 
 from __future__ import annotations
 
@@ -6,66 +11,45 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    insert,
-    select,
-)
+from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ._repository_core import (
-    RepositoryCore,
-    _check_count,
-    _message_id,
-    _utc,
-)
-from .config import (
-    check_id,
-)
-from .errors import (
-    ConfigError,
-    ImportConflict,
-)
+from .errors import ConfigError, ImportConflict
 from .serde import decode, encode, encode_state
-from .types import MessageRecord, ThreadExport, ThreadInfo, ToolExecution
+from .statements import snapshot_of, thread_info, tool_execution, utc
+from .store import Store
+from .types import ImportOutcome, MessageRecord, OnConflict, ThreadExport, ThreadInfo
+from .validate import check_choice, check_count, check_id, message_id
 
-__all__ = ["ExportMixin"]
+ON_CONFLICT: tuple[OnConflict, ...] = ("fail", "skip", "replace")
+
+__all__ = ["ThreadExports"]
 
 
-class ExportMixin(RepositoryCore):
-    """Operator calls on whole threads: no run config and no isolation unless given."""
+class ThreadExports:
+    """Iteration over every thread, and whole-thread export and import."""
 
-    # Operator calls: no run config and no isolation. The CLI's export, import and
-    # copy are built on them.
-
-    async def alist_tool_executions(self, config: dict[str, Any]) -> list[ToolExecution]:
-        """Every tool call of the thread, in the order they were first claimed."""
-        ids = self._ids(config)
-        x = self._t.tool_executions
-        rows = await self._fetch(
-            select(*x.c)
-            .where(x.c.thread_id == self._visible_thread(ids))
-            .order_by(x.c.started_at, x.c.tool_call_id)
-        )
-        return [self._tool_execution(ids.thread_id, row) for row in rows]
+    def __init__(self, store: Store) -> None:
+        self._store = store
 
     async def aiter_threads(self, batch: int = 500) -> AsyncIterator[ThreadInfo]:
         """Every thread of every user, in ``thread_id`` order, read ``batch`` at a time."""
-        batch = _check_count("batch", batch) or 1
-        t = self._t.threads
+        batch = check_count("batch", batch) or 1
+        t = self._store.tables.threads
         after: Any = None
         while True:
             stmt = select(*t.c).order_by(t.c.thread_id).limit(batch)
             if after is not None:
                 stmt = stmt.where(t.c.thread_id > after)
-            rows = await self._fetch(stmt)
+            rows = await self._store.read(stmt)
             for row in rows:
-                yield self._thread_info(row)
+                yield thread_info(row)
             if len(rows) < batch:
                 return
             after = rows[-1].thread_id
 
     async def _export(self, conn: AsyncConnection, thread_id: Any) -> ThreadExport | None:
-        t, s, m, x = self._t[:4]
+        t, s, m, x = self._store.tables[:4]
         row = (await conn.execute(select(*t.c).where(t.c.thread_id == thread_id))).first()
         if row is None:
             return None
@@ -83,26 +67,28 @@ class ExportMixin(RepositoryCore):
             .order_by(x.c.started_at, x.c.tool_call_id)
         )
         return ThreadExport(
-            thread=self._thread_info(row),
-            states=tuple(self._snapshot_of(r) for r in states),
+            thread=thread_info(row),
+            states=tuple(snapshot_of(r) for r in states),
             messages=tuple(
-                MessageRecord(decode(r.payload), _utc(r.created_at))  # type: ignore[arg-type]
+                MessageRecord(decode(r.payload), utc(r.created_at))  # type: ignore[arg-type]
                 for r in messages
             ),
-            tool_executions=tuple(self._tool_execution(thread_id, r) for r in calls),
+            tool_executions=tuple(tool_execution(thread_id, r) for r in calls),
         )
 
     async def aexport_thread(self, config: dict[str, Any]) -> ThreadExport | None:
         """Everything stored of one thread, read in one snapshot; None when absent
         (or another user's while isolation applies)."""
-        ids = self._ids(config)
-        async with self._snapshot() as conn:
+        ids = self._store.ids(config)
+        async with self._store.snapshot() as conn:
             export = await self._export(conn, ids.thread_id)
         if export is None or (ids.isolated and export.thread.user_id != ids.user_id):
             return None
         return export
 
-    async def aimport_thread(self, export: ThreadExport, *, on_conflict: str = "fail") -> str:
+    async def aimport_thread(
+        self, export: ThreadExport, *, on_conflict: OnConflict = "fail"
+    ) -> ImportOutcome:
         """Write an exported thread back, in one transaction.
 
         Importing what is already there changes nothing. A thread that exists with
@@ -117,12 +103,11 @@ class ExportMixin(RepositoryCore):
             SerializationError: Something in the export cannot be stored.
             ConfigError: Bad ids or ``on_conflict``.
         """
-        if on_conflict not in ("fail", "skip", "replace"):
-            raise ConfigError(f"on_conflict must be fail, skip or replace, not {on_conflict!r}")
+        on_conflict = check_choice("on_conflict", on_conflict, ON_CONFLICT)
         rows = self._import_rows(export)
         thread_id = rows["thread"]["thread_id"]
-        async with self._write(thread_id) as (conn, locked):
-            outcome = "created"
+        async with self._store.write(thread_id) as (conn, locked):
+            outcome: ImportOutcome = "created"
             if locked is not None:
                 existing = await self._export(conn, thread_id)
                 if existing is not None and self._import_rows(existing) == rows:
@@ -134,9 +119,9 @@ class ExportMixin(RepositoryCore):
                         f"thread {thread_id!r} exists with other content; "
                         "import with on_conflict='replace' or 'skip'"
                     )
-                await self._delete_thread(conn, thread_id)
+                await self._store.delete_thread(conn, thread_id)
                 outcome = "replaced"
-            t, s, m, x = self._t[:4]
+            t, s, m, x = self._store.tables[:4]
             await conn.execute(insert(t), [rows["thread"]])
             if rows["states"]:
                 await conn.execute(insert(s), rows["states"])
@@ -151,9 +136,11 @@ class ExportMixin(RepositoryCore):
         if not isinstance(export, ThreadExport):
             raise ConfigError(f"expected a ThreadExport, not {type(export).__name__}")
         info = export.thread
-        thread_id = check_id("thread_id", info.thread_id, self._id_type)
+        thread_id = check_id("thread_id", info.thread_id, self._store.settings.id_type)
         user_id = (
-            None if info.user_id is None else check_id("user_id", info.user_id, self._user_id_type)
+            None
+            if info.user_id is None
+            else check_id("user_id", info.user_id, self._store.settings.user_id_type)
         )
         versions = [snapshot.version for snapshot in export.states]
         if len(set(versions)) != len(versions) or any(
@@ -167,7 +154,7 @@ class ExportMixin(RepositoryCore):
         when = [info.created_at, info.updated_at]
         if any(not isinstance(w, datetime) for w in when):
             raise ConfigError("a thread needs created_at and updated_at")
-        message_ids = [_message_id(r.message.get("id")) for r in export.messages]
+        message_ids = [message_id(r.message.get("id")) for r in export.messages]
         if len(set(message_ids)) != len(message_ids):
             raise ConfigError("message ids must be unique within a thread")
         return {
@@ -175,7 +162,7 @@ class ExportMixin(RepositoryCore):
                 "thread_id": thread_id,
                 "user_id": user_id,
                 "name": None if info.name is None else encode(info.name, "name"),
-                "metadata": self._encode_object(info.metadata, "metadata")
+                "metadata": self._store.encode_object(info.metadata, "metadata")
                 if info.metadata
                 else None,
                 "version": info.version,
@@ -187,7 +174,9 @@ class ExportMixin(RepositoryCore):
                     "thread_id": thread_id,
                     "version": snapshot.version,
                     "state_data": encode_state(snapshot.state),
-                    "meta": self._encode_object(snapshot.meta, "meta") if snapshot.meta else None,
+                    "meta": self._store.encode_object(snapshot.meta, "meta")
+                    if snapshot.meta
+                    else None,
                     "created_at": snapshot.created_at,
                 }
                 for snapshot in sorted(export.states, key=lambda snapshot: snapshot.version)
@@ -199,7 +188,7 @@ class ExportMixin(RepositoryCore):
                     "role": r.message.get("role")
                     if isinstance(r.message.get("role"), str)
                     else None,
-                    "payload": self._encode_object(r.message, "message"),
+                    "payload": self._store.encode_object(r.message, "message"),
                     "created_at": r.created_at,
                 }
                 for mid, r in zip(message_ids, export.messages, strict=True)
@@ -207,9 +196,9 @@ class ExportMixin(RepositoryCore):
             "tool_executions": [
                 {
                     "thread_id": thread_id,
-                    "tool_call_id": self._tool_call_id(call.tool_call_id),
+                    "tool_call_id": check_id("tool_call_id", call.tool_call_id),
                     "tool_name": check_id("tool_name", call.tool_name),
-                    "args": self._encode_object(call.args, "args"),
+                    "args": self._store.encode_object(call.args, "args"),
                     "status": call.status,
                     "result": None if call.result is None else encode(call.result, "result"),
                     "error": None if call.error is None else encode(call.error, "error"),

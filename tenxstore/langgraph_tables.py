@@ -1,41 +1,34 @@
-"""The tables of :mod:`tenxstore.langgraph` (``lg_checkpoints``, ``lg_writes``)."""
+"""The tables of :mod:`tenxstore.langgraph` (``lg_checkpoints``, ``lg_writes``).
+
+LangGraph checkpoints and pending writes live beside tenxstore's own tables, under
+the same thread row lock and ownership rules. Values arrive serialized by LangGraph's
+serde; this module stores and finds them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import (
-    and_,
-    delete,
-    func,
-    insert,
-    select,
-)
+from sqlalchemy import and_, delete, func, insert, select
 
-from ._repository_core import (
-    RepositoryCore,
-)
-from .config import (
-    RunIds,
-    check_id,
-)
-from .errors import (
-    StaleStateError,
-)
+from .config import RunIds
+from .errors import StaleStateError
+from .store import Store
+from .validate import check_id
 
-__all__ = ["LangGraphMixin"]
+__all__ = ["LangGraphTables"]
 
 _BATCH = 500  # checkpoints whose writes are read in one query
 
 
-class LangGraphMixin(RepositoryCore):
-    """LangGraph checkpoints and writes, under the same thread lock and ownership rules."""
+class LangGraphTables:
+    """LangGraph checkpoints and writes of a repository's threads."""
 
-    # The adapter's own tables, under the same thread row lock and ownership rules
-    # as everything else. Values arrive serialized by LangGraph's serde.
+    def __init__(self, store: Store) -> None:
+        self._store = store
 
-    async def _lg_put(
+    async def put(
         self,
         config: dict[str, Any],
         ns: str,
@@ -47,12 +40,12 @@ class LangGraphMixin(RepositoryCore):
     ) -> None:
         """Store one checkpoint. With a parent, that parent must be the namespace's
         newest checkpoint: a second writer from the same parent gets StaleStateError."""
-        ids = self._ids(config)
-        c, w = self._t.lg_checkpoints, self._t.lg_writes
+        ids = self._store.ids(config)
+        c, w = self._store.tables.lg_checkpoints, self._store.tables.lg_writes
         here = and_(c.c.thread_id == ids.thread_id, c.c.checkpoint_ns == ns)
-        now = self._now()
-        async with self._write(ids.thread_id) as (conn, locked):
-            await self._claim_thread(conn, ids, locked, now)
+        now = self._store.now()
+        async with self._store.write(ids.thread_id) as (conn, locked):
+            await self._store.claim_thread(conn, ids, locked, now)
             newest = (
                 await conn.execute(
                     select(c.c.checkpoint_id)
@@ -94,7 +87,7 @@ class LangGraphMixin(RepositoryCore):
                         )
                     )
 
-    async def _lg_put_writes(
+    async def put_writes(
         self,
         config: dict[str, Any],
         ns: str,
@@ -103,11 +96,11 @@ class LangGraphMixin(RepositoryCore):
     ) -> None:
         """Store a task's writes: a write already stored is kept, except the special
         channels (negative ``idx``: errors, interrupts...), whose latest write wins."""
-        ids = self._ids(config)
-        w = self._t.lg_writes
-        now = self._now()
-        async with self._write(ids.thread_id) as (conn, locked):
-            await self._claim_thread(conn, ids, locked, now)
+        ids = self._store.ids(config)
+        w = self._store.tables.lg_writes
+        now = self._store.now()
+        async with self._store.write(ids.thread_id) as (conn, locked):
+            await self._store.claim_thread(conn, ids, locked, now)
             for row in rows:
                 key = and_(
                     w.c.thread_id == ids.thread_id,
@@ -129,7 +122,7 @@ class LangGraphMixin(RepositoryCore):
                         )
                     )
 
-    async def _lg_rows(
+    async def rows(
         self,
         config: dict[str, Any] | None,
         ns: str | None,
@@ -138,11 +131,11 @@ class LangGraphMixin(RepositoryCore):
         limit: int | None,
     ) -> list[tuple[Any, list[Any]]]:
         """Checkpoints newest first (with their writes), narrowed as asked."""
-        c, w = self._t.lg_checkpoints, self._t.lg_writes
+        c, w = self._store.tables.lg_checkpoints, self._store.tables.lg_writes
         stmt = select(*c.c)
         if config is not None:
-            ids = self._ids(config)
-            stmt = stmt.where(c.c.thread_id == self._visible_thread(ids))
+            ids = self._store.ids(config)
+            stmt = stmt.where(c.c.thread_id == self._store.visible_thread(ids))
         if ns is not None:
             stmt = stmt.where(c.c.checkpoint_ns == ns)
         if checkpoint_id is not None:
@@ -155,7 +148,7 @@ class LangGraphMixin(RepositoryCore):
             stmt = stmt.order_by(c.c.thread_id, c.c.checkpoint_ns, c.c.checkpoint_id.desc())
         if limit is not None:
             stmt = stmt.limit(limit)
-        async with self._snapshot() as conn:
+        async with self._store.snapshot() as conn:
             rows = (await conn.execute(stmt)).all()
             writes: dict[tuple[Any, str, str], list[Any]] = {
                 (r.thread_id, r.checkpoint_ns, r.checkpoint_id): [] for r in rows
@@ -187,12 +180,12 @@ class LangGraphMixin(RepositoryCore):
             (row, writes[(row.thread_id, row.checkpoint_ns, row.checkpoint_id)]) for row in rows
         ]
 
-    async def _lg_prune(self, thread_ids: Iterable[Any], keep_latest: bool) -> None:
+    async def prune(self, thread_ids: Iterable[Any], keep_latest: bool) -> None:
         """Keep only each namespace's newest checkpoint (with its writes), or nothing."""
-        c, w = self._t.lg_checkpoints, self._t.lg_writes
+        c, w = self._store.tables.lg_checkpoints, self._store.tables.lg_writes
         for raw_id in thread_ids:
-            thread_id = check_id("thread_id", raw_id, self._id_type)
-            async with self._write(thread_id) as (conn, locked):
+            thread_id = check_id("thread_id", raw_id, self._store.settings.id_type)
+            async with self._store.write(thread_id) as (conn, locked):
                 if locked is None:
                     continue
                 if not keep_latest:
@@ -218,15 +211,17 @@ class LangGraphMixin(RepositoryCore):
                             )
                         )
 
-    async def _lg_copy(self, source: Any, target: Any) -> None:
+    async def copy(self, source: Any, target: Any) -> None:
         """Copy a thread's checkpoints and writes to another thread (owned alike)."""
-        c, w = self._t.lg_checkpoints, self._t.lg_writes
-        source = check_id("thread_id", source, self._id_type)
-        target = check_id("thread_id", target, self._id_type)
-        async with self._snapshot() as conn:
+        c, w = self._store.tables.lg_checkpoints, self._store.tables.lg_writes
+        source = check_id("thread_id", source, self._store.settings.id_type)
+        target = check_id("thread_id", target, self._store.settings.id_type)
+        async with self._store.snapshot() as conn:
             owner = (
                 await conn.execute(
-                    select(self._t.threads.c.user_id).where(self._t.threads.c.thread_id == source)
+                    select(self._store.tables.threads.c.user_id).where(
+                        self._store.tables.threads.c.thread_id == source
+                    )
                 )
             ).first()
             checkpoints = [
@@ -240,8 +235,8 @@ class LangGraphMixin(RepositoryCore):
         if owner is None or not checkpoints:
             return
         ids = RunIds(thread_id=target, user_id=owner.user_id, isolated=False)
-        async with self._write(target) as (conn, locked):
-            await self._claim_thread(conn, ids, locked, self._now())
+        async with self._store.write(target) as (conn, locked):
+            await self._store.claim_thread(conn, ids, locked, self._store.now())
             await conn.execute(delete(w).where(w.c.thread_id == target))
             await conn.execute(delete(c).where(c.c.thread_id == target))
             await conn.execute(insert(c), [{**r, "thread_id": target} for r in checkpoints])

@@ -1,0 +1,98 @@
+"""One backend per database mode, chosen from the URL (or engine) and ``pool_mode``.
+
+=====================  ===========================================================
+``postgresql``         :class:`~.postgres.PostgresBackend` — session mode
+``pgbouncer``          :class:`~.postgres.PgBouncerBackend` — behind a transaction
+                       pooler (``pool_mode="transaction"``)
+``sqlite``             :class:`~.sqlite.SqliteBackend` — a database file
+``memory``             :class:`~.sqlite.MemoryBackend` — an in-memory database
+=====================  ===========================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from sqlalchemy import make_url
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ..errors import ConfigError
+from .base import DEFAULT_LOCK_TIMEOUT_S, Backend, DialectName
+from .postgres import PgBouncerBackend, PostgresBackend, transaction_pooling_args
+from .sqlite import MemoryBackend, SqliteBackend, is_memory
+
+__all__ = [
+    "DEFAULT_LOCK_TIMEOUT_S",
+    "POOL_MODES",
+    "Backend",
+    "DialectName",
+    "PoolMode",
+    "async_url",
+    "open_backend",
+    "transaction_pooling_args",
+]
+
+PoolMode = Literal["session", "transaction"]
+POOL_MODES: tuple[PoolMode, ...] = ("session", "transaction")
+
+
+def async_url(url: str | URL) -> URL:
+    """Return ``url`` with the async driver of its dialect.
+
+    Raises:
+        ConfigError: The URL is not PostgreSQL or SQLite.
+    """
+    try:
+        parsed = make_url(url)
+    except Exception as exc:  # sqlalchemy raises ArgumentError; any parse failure is bad input
+        raise ConfigError(f"not a database URL: {url!r}") from exc
+    backend = parsed.get_backend_name()
+    if backend in ("postgresql", "postgres"):
+        return parsed.set(drivername="postgresql+asyncpg")
+    if backend == "sqlite":
+        return parsed.set(drivername="sqlite+aiosqlite")
+    raise ConfigError(f"unsupported database {backend!r}: use postgresql:// or sqlite://")
+
+
+def _backend_class(dialect: str, driver: str, memory: bool, pool_mode: PoolMode) -> type[Backend]:
+    if dialect == "postgresql":
+        if driver != "asyncpg":
+            raise ConfigError(f"PostgreSQL needs the asyncpg driver, not {driver!r}")
+        return PgBouncerBackend if pool_mode == "transaction" else PostgresBackend
+    if dialect != "sqlite":
+        raise ConfigError(f"unsupported database {dialect!r}: use PostgreSQL or SQLite")
+    if pool_mode == "transaction":
+        raise ConfigError("pool_mode='transaction' is for PostgreSQL behind PgBouncer")
+    return MemoryBackend if memory else SqliteBackend
+
+
+def open_backend(
+    url_or_engine: str | URL | AsyncEngine,
+    *,
+    engine_options: dict[str, Any] | None = None,
+    lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT_S,
+    pool_mode: PoolMode = "session",
+) -> Backend:
+    """The backend of a database URL (creating its engine) or of a caller's engine.
+
+    Raises:
+        ConfigError: An unsupported database or driver, or options that do not apply.
+    """
+    if isinstance(url_or_engine, AsyncEngine):
+        if engine_options:
+            raise ConfigError("engine_options apply only to engines tenxstore creates")
+        engine = url_or_engine
+        cls = _backend_class(
+            engine.dialect.name, engine.dialect.driver, is_memory(engine.url), pool_mode
+        )
+        cls.prepare(engine, lock_timeout)
+        return cls(engine, owns_engine=False, lock_timeout=lock_timeout)
+    if not isinstance(url_or_engine, (str, URL)):
+        raise ConfigError(
+            f"url_or_engine must be a URL or an AsyncEngine, not {type(url_or_engine).__name__}"
+        )
+    url = async_url(url_or_engine)
+    cls = _backend_class(url.get_backend_name(), "asyncpg", is_memory(url), pool_mode)
+    engine = cls.create_engine(url, engine_options or {}, lock_timeout)
+    return cls(engine, owns_engine=True, lock_timeout=lock_timeout)

@@ -1,0 +1,235 @@
+"""What every database mode provides, and the machinery the modes share.
+
+A :class:`Backend` owns one engine and everything that differs by database mode:
+how the engine is made and prepared, how a read runs, how a write transaction
+begins, takes the thread's lock and commits, which failures are retried, how driver
+errors become tenxstore's, and the statements that have a faster form on that
+database. The repository builds SQL once and hands it to its backend; nothing
+outside ``tenxstore/backends`` asks which database it is talking to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, ClassVar, Literal
+
+from sqlalchemy import Table
+from sqlalchemy.engine import URL, Row
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql import Executable
+from sqlalchemy.sql.dml import Insert
+
+from ..errors import ConnectionLost, LockTimeout
+from ..models import Tables
+
+__all__ = ["DEFAULT_LOCK_TIMEOUT_S", "Backend", "DialectName", "StateWrite", "timeout_ms"]
+
+DialectName = Literal["postgresql", "sqlite"]
+DEFAULT_LOCK_TIMEOUT_S = 30.0
+_FOREVER_MS = 2**31 - 1
+
+
+def timeout_ms(lock_timeout: float | None) -> int:
+    """A lock timeout in whole milliseconds (None: as long as the database allows)."""
+    return _FOREVER_MS if lock_timeout is None else max(1, int(lock_timeout * 1000))
+
+
+StateWrite = dict[str, Any]
+"""Parameters of one state write: ``b_thread``, ``b_version``, ``b_state``, ``b_meta``,
+``b_now``, ``b_upto`` and ``messages`` (rows of ``message_id``, ``role``, ``payload``)."""
+
+
+class Backend(ABC):
+    """One database mode. Subclasses say how; this class holds what they share.
+
+    Args:
+        engine: The engine; created from a URL by :func:`tenxstore.backends.open_backend`
+            or given by the caller.
+        owns_engine: Whether :meth:`aclose` disposes of it.
+        lock_timeout: Seconds a writer waits for a thread's lock (None: no bound).
+    """
+
+    name: ClassVar[str]
+    dialect: ClassVar[DialectName]
+    supports_schema: ClassVar[bool] = False
+
+    def __init__(self, engine: AsyncEngine, *, owns_engine: bool, lock_timeout: float | None):
+        self.engine = engine
+        self.owns_engine = owns_engine
+        self.lock_timeout = lock_timeout
+        self._read_engine = engine.execution_options(**self.read_options())
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- how this mode runs things (hooks) -----------------------------------------
+
+    @classmethod
+    @abstractmethod
+    def create_engine(
+        cls, url: URL, options: dict[str, Any], lock_timeout: float | None
+    ) -> AsyncEngine:
+        """An engine for ``url`` with this mode's defaults, overridable by ``options``."""
+
+    @classmethod
+    @abstractmethod
+    def prepare(cls, engine: AsyncEngine, lock_timeout: float | None) -> None:
+        """Install this mode's per-connection settings on an engine (once per engine)."""
+
+    def read_options(self) -> dict[str, Any]:
+        """Execution options of a connection that runs one read statement."""
+        return {}
+
+    @abstractmethod
+    def insert_ignore(self, table: Table, *conflict: str) -> Insert:
+        """``INSERT ... ON CONFLICT (conflict) DO NOTHING`` on this database."""
+
+    @abstractmethod
+    def is_lock_timeout(self, exc: DBAPIError) -> bool:
+        """Whether a driver error is a lock wait that ran out."""
+
+    def died_before_sending(self, exc: DBAPIError) -> bool:
+        """Whether the driver refused to send a statement on a connection found dead."""
+        return False
+
+    def build_state_write(self, tables: Tables) -> Any:
+        """A statement that writes a state in one round trip, or None (see write_state)."""
+        return None
+
+    @abstractmethod
+    async def write_state(
+        self, conn: AsyncConnection, sql: Any, params: StateWrite, prune: bool
+    ) -> None:
+        """Insert the state and new messages, bump the head version, prune (under the lock)."""
+
+    async def begin_write(self, conn: AsyncConnection) -> None:  # noqa: B027  # a hook most modes leave empty
+        """Prepare a connection for a write transaction (before it begins)."""
+
+    async def write_begun(self, conn: AsyncConnection) -> None:  # noqa: B027  # a hook most modes leave empty
+        """Run once a write transaction has begun, before the lock is taken."""
+
+    async def snapshot_options(self, conn: AsyncConnection) -> None:  # noqa: B027  # a hook most modes leave empty
+        """Make ``conn``'s next transaction see one snapshot of the database."""
+
+    # -- connections -----------------------------------------------------------------
+
+    def _on_loop(self) -> None:
+        """Pooled asyncpg and aiosqlite connections belong to the loop that opened
+        them: a checkpointer reused on a new event loop starts a new pool."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            if self._loop is not None and self.owns_engine:
+                self.engine.sync_engine.dispose(close=False)
+            self._loop = loop
+
+    @asynccontextmanager
+    async def connect(self, engine: AsyncEngine | None = None) -> AsyncIterator[AsyncConnection]:
+        """A connection from the pool of ``engine`` (default: the backend's)."""
+        self._on_loop()
+        async with (engine or self.engine).connect() as conn:
+            yield conn
+
+    async def read(
+        self, stmt: Executable, params: dict[str, Any] | None = None
+    ) -> Sequence[Row[Any]]:
+        """Run one read statement; retried once on a connection found dead.
+
+        Reads are idempotent, so a pooled connection that died while idle (a restarted
+        server, a killed backend) costs one retry; the driver's disconnect marks the
+        pool's older connections invalid, so the retry gets a fresh one.
+        """
+        for attempt in (1, 2):
+            try:
+                async with self.connect(self._read_engine) as conn:
+                    return (await conn.execute(stmt, params)).all()
+            except DBAPIError as exc:
+                if attempt == 2 or not exc.connection_invalidated:
+                    raise self.translate(exc, committing=False) from exc
+        raise AssertionError("unreachable")
+
+    @asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[AsyncConnection]:
+        """A read transaction that sees one snapshot of the database."""
+        async with self.connect() as conn:
+            await self.snapshot_options(conn)
+            async with conn.begin():
+                yield conn
+
+    def write(
+        self, lock: Executable, params: dict[str, Any]
+    ) -> AbstractAsyncContextManager[tuple[AsyncConnection, Any]]:
+        """One write transaction that has run ``lock`` (the thread's row lock) and yields
+        its row (None: no such row). Committed when the block exits, rolled back when it
+        raises; a lost connection raises :class:`ConnectionLost` and is never replayed."""
+        return self._block_write(lock, params)
+
+    @asynccontextmanager
+    async def _block_write(
+        self, lock: Executable, params: dict[str, Any]
+    ) -> AsyncIterator[tuple[AsyncConnection, Any]]:
+        """A write in SQLAlchemy's transaction block. Only a statement the driver
+        refused to send (its connection was already closed) is tried again."""
+        committing = False
+        try:
+            for attempt in (1, 2):
+                yielded = False
+                try:
+                    async with self.connect() as conn:
+                        await self.begin_write(conn)
+                        async with conn.begin():
+                            await self.write_begun(conn)
+                            row = (await conn.execute(lock, params)).first()
+                            yielded = True
+                            yield conn, row
+                            committing = True  # the block's exit commits
+                    return
+                except DBAPIError as exc:
+                    if yielded or attempt == 2 or not self.died_before_sending(exc):
+                        raise
+        except DBAPIError as exc:
+            raise self.translate(exc, committing) from exc
+
+    def translate(self, exc: DBAPIError, committing: bool) -> Exception:
+        """A driver error as the caller's error, by class and SQLSTATE/SQLite code."""
+        if exc.connection_invalidated:
+            if committing:
+                return ConnectionLost(
+                    "the connection was lost during COMMIT; the write may have been "
+                    "applied: re-read the thread before writing again",
+                    committed=None,
+                )
+            return ConnectionLost("the connection was lost before COMMIT; nothing was written")
+        if self.is_lock_timeout(exc):
+            wait = "forever" if self.lock_timeout is None else f"{self.lock_timeout:g}s"
+            return LockTimeout(
+                f"waited more than {wait} for the thread's lock; nothing was written"
+            )
+        return exc
+
+    # -- schema and lifecycle -----------------------------------------------------------
+
+    @asynccontextmanager
+    async def migration_connection(self) -> AsyncIterator[AsyncConnection]:
+        """A connection in a write transaction that serializes concurrent migrations."""
+        async with self.connect() as conn:
+            await self.begin_write(conn)
+            async with conn.begin():
+                yield conn
+
+    def create_schema_on_first_use(  # noqa: B027  # a hook most modes leave empty
+        self, hook: Callable[[AsyncConnection], Awaitable[None]]
+    ) -> None:
+        """Given how to create the schema on a connection: a database that is new with
+        every checkpointer (in memory) runs it before its first use; others ignore it."""
+
+    def setup_engine(self) -> AsyncEngine | None:
+        """A private engine for :meth:`CheckpointRepository.setup` on its own loop, or
+        None when the migration must run on this backend's own connection."""
+        return None
+
+    async def aclose(self) -> None:
+        """Close the connection pool if this backend created it."""
+        if self.owns_engine:
+            await self.engine.dispose()

@@ -1,0 +1,155 @@
+"""``Checkpointer``: the interface every tenxstore checkpointer has.
+
+:class:`~tenxstore.CheckpointRepository`, :class:`~tenxstore.CachedCheckpointer` and
+the presets satisfy it (checked by mypy where they are used as one); the cache
+decorator wraps any object that does, and the LangGraph saver and the archive
+functions accept any. It is a :class:`typing.Protocol`: satisfy it by shape, no
+inheritance needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any, Protocol
+
+from .langgraph_tables import LangGraphTables
+from .types import ImportOutcome, OnConflict, StateSnapshot, ThreadExport, ThreadInfo, ToolExecution
+from .validate import IdType
+
+__all__ = ["Checkpointer"]
+
+
+class Checkpointer(Protocol):
+    """Durable, versioned, per-user thread storage (see the repository for each method)."""
+
+    @property
+    def state_history_limit(self) -> int:
+        """State versions retained per thread."""
+
+    @property
+    def enforce_user_isolation(self) -> bool:
+        """Whether calls are scoped to ``config["user_id"]`` unless an AuthPolicy says not."""
+
+    @property
+    def tool_lease_seconds(self) -> float:
+        """Lease of a tool-call claim."""
+
+    @property
+    def id_type(self) -> IdType:
+        """Type of ``thread_id``."""
+
+    @property
+    def user_id_type(self) -> IdType:
+        """Type of ``user_id``."""
+
+    @property
+    def langgraph(self) -> LangGraphTables:
+        """The tables of the LangGraph saver."""
+
+    def setup(self) -> None:
+        """Migrate the schema to head, from sync or async code."""
+
+    async def asetup(self) -> None:
+        """Migrate the schema to head."""
+
+    async def aclose(self) -> None:
+        """Close what this checkpointer created."""
+
+    async def aput_checkpoint(
+        self,
+        config: dict[str, Any],
+        state: dict[str, Any],
+        messages: Iterable[dict[str, Any]] = (),
+        *,
+        meta: dict[str, Any] | None = None,
+    ) -> int:
+        """Durable compare-and-swap write of a state and new messages."""
+
+    async def aput_state(
+        self, config: dict[str, Any], state: dict[str, Any], *, meta: dict[str, Any] | None = None
+    ) -> int:
+        """Durable write without messages."""
+
+    async def aget_state(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """The latest durable state."""
+
+    async def aget_state_cache(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """The latest state, from the cache first when there is one."""
+
+    async def aput_state_cache(
+        self, config: dict[str, Any], state: dict[str, Any], version: int
+    ) -> bool:
+        """Cache-only write, guarded against older versions."""
+
+    async def alist_states(
+        self, config: dict[str, Any], limit: int | None = None
+    ) -> list[StateSnapshot]:
+        """Retained history, newest first."""
+
+    async def aget_messages(
+        self, config: dict[str, Any], limit: int | None = None, after_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Messages in insertion order."""
+
+    async def aput_thread(
+        self,
+        config: dict[str, Any],
+        name: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> ThreadInfo:
+        """Create or update the thread record."""
+
+    async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
+        """The thread record."""
+
+    async def alist_threads(
+        self, config: dict[str, Any], limit: int = 50, offset: int = 0
+    ) -> list[ThreadInfo]:
+        """The caller's threads, most recently updated first."""
+
+    async def aclean_thread(self, config: dict[str, Any]) -> bool:
+        """Delete the thread and everything of it."""
+
+    async def abegin_tool_execution(
+        self, config: dict[str, Any], tool_call_id: str, tool_name: str, args: dict[str, Any]
+    ) -> ToolExecution:
+        """Claim a tool call."""
+
+    async def acomplete_tool_execution(
+        self, config: dict[str, Any], tool_call_id: str, result: Any
+    ) -> ToolExecution:
+        """Record a tool call's result."""
+
+    async def afail_tool_execution(
+        self, config: dict[str, Any], tool_call_id: str, error: str | BaseException
+    ) -> ToolExecution:
+        """Record a tool call's failure."""
+
+    async def aget_tool_execution(
+        self, config: dict[str, Any], tool_call_id: str
+    ) -> ToolExecution | None:
+        """The ledger record of a tool call."""
+
+    async def arun_tool_once(
+        self,
+        config: dict[str, Any],
+        tool_call_id: str,
+        tool_name: str,
+        args: dict[str, Any],
+        fn: Callable[..., Any],
+    ) -> Any:
+        """Replay-safe tool call."""
+
+    async def alist_tool_executions(self, config: dict[str, Any]) -> list[ToolExecution]:
+        """Every tool call of a thread."""
+
+    def aiter_threads(self, batch: int = 500) -> AsyncIterator[ThreadInfo]:
+        """Every thread of every user."""
+
+    async def aexport_thread(self, config: dict[str, Any]) -> ThreadExport | None:
+        """Everything stored of one thread."""
+
+    async def aimport_thread(
+        self, export: ThreadExport, *, on_conflict: OnConflict = "fail"
+    ) -> ImportOutcome:
+        """Write an exported thread back."""

@@ -1,0 +1,168 @@
+"""What a repository and its collaborators share: backend, statements, settings and
+the thread-level steps every write takes (lock, create if absent, check the owner).
+
+The repository, its tool ledger, its export/import and its LangGraph tables each hold
+the same :class:`Store` and call only its public methods; none reaches into another.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, delete, select
+from sqlalchemy.engine import Row
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Executable
+
+from .backends import Backend
+from .config import RunIds, read_config
+from .errors import SerializationError, ThreadOwnershipError
+from .serde import encode
+from .statements import Statements
+from .validate import IdType, message_id
+
+__all__ = ["Settings", "Store"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The checked constructor arguments a repository's parts need."""
+
+    enforce_user_isolation: bool
+    id_type: IdType
+    user_id_type: IdType
+    state_history_limit: int
+    tool_lease: timedelta
+
+
+class Store:
+    """The backend, statements and settings of one repository, and the shared steps."""
+
+    def __init__(self, backend: Backend, sql: Statements, settings: Settings) -> None:
+        self.backend = backend
+        self.sql = sql
+        self.tables = sql.tables
+        self.settings = settings
+
+    def ids(self, config: object, *, need_thread: bool = True) -> RunIds:
+        """The validated ids of one call (``ConfigError`` before any I/O)."""
+        return read_config(
+            config,
+            isolation=self.settings.enforce_user_isolation,
+            id_type=self.settings.id_type,
+            user_id_type=self.settings.user_id_type,
+            need_thread=need_thread,
+        )
+
+    @staticmethod
+    def now() -> datetime:
+        """The time stamped on rows this call writes."""
+        return datetime.now(timezone.utc)
+
+    # -- transactions --------------------------------------------------------------
+
+    def write(self, thread_id: Any) -> AbstractAsyncContextManager[tuple[AsyncConnection, Any]]:
+        """A write transaction holding the thread's row lock; yields (conn, row or None)."""
+        return self.backend.write(self.sql.lock, {"b_thread": thread_id})
+
+    async def read(self, stmt: Executable, params: dict[str, Any] | None = None) -> list[Row[Any]]:
+        """One read statement (retried once on a connection found dead)."""
+        return list(await self.backend.read(stmt, params))
+
+    def snapshot(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        """A read transaction that sees one snapshot."""
+        return self.backend.snapshot()
+
+    # -- the steps of a write ------------------------------------------------------
+
+    async def claim_thread(
+        self, conn: AsyncConnection, ids: RunIds, row: Any, now: datetime
+    ) -> int:
+        """Given the locked row (or None), create the thread if absent and check its
+        owner; return its head version."""
+        if row is None:
+            key = {"b_thread": ids.thread_id}
+            await conn.execute(self.sql.new_thread, {**key, "b_user": ids.user_id, "b_now": now})
+            row = (await conn.execute(self.sql.lock, key)).one()
+        self.check_owner(ids, row)
+        version: int = row.version
+        return version
+
+    @staticmethod
+    def check_owner(ids: RunIds, row: Any) -> None:
+        """Raise ThreadOwnershipError when isolation applies and another user owns it."""
+        if ids.isolated and row.user_id != ids.user_id:
+            raise ThreadOwnershipError(ids.thread_id, ids.user_id)
+
+    async def delete_thread(self, conn: AsyncConnection, thread_id: Any) -> None:
+        """Delete a thread and everything of it, under its lock."""
+        # Children first and explicitly: no reliance on ON DELETE CASCADE being enforced.
+        t, *children = self.tables
+        for child in children:
+            await conn.execute(delete(child).where(child.c.thread_id == thread_id))
+        await conn.execute(delete(t).where(t.c.thread_id == thread_id))
+
+    # -- scoping -------------------------------------------------------------------
+
+    def owned(self, ids: RunIds) -> ColumnElement[bool]:
+        """The thread row of this call, scoped to its owner when isolation applies."""
+        t = self.tables.threads
+        clause: ColumnElement[bool] = t.c.thread_id == ids.thread_id
+        if ids.isolated:
+            clause = and_(clause, t.c.user_id == ids.user_id)
+        return clause
+
+    def visible_thread(self, ids: RunIds) -> Any:
+        """A subquery of the call's thread id, empty when the caller may not see it."""
+        return select(self.tables.threads.c.thread_id).where(self.owned(ids)).scalar_subquery()
+
+    # -- payloads ------------------------------------------------------------------
+
+    @staticmethod
+    def encode_object(value: object, what: str) -> str:
+        """A JSON object (a dict) as text; anything else is a SerializationError."""
+        if not isinstance(value, dict):
+            raise SerializationError(f"{what} must be a dict, not {type(value).__name__}")
+        return encode(value, what)
+
+    @staticmethod
+    def encode_messages(messages: Iterable[Any]) -> list[dict[str, Any]]:
+        """Validate and encode messages into rows, first content per id.
+
+        Ids are assigned to the caller's dicts only once every message has encoded,
+        so a message that fails leaves all of them untouched.
+        """
+        if isinstance(messages, (str, bytes, Mapping)):
+            raise SerializationError("messages must be a sequence of dicts")
+        rows: dict[str, dict[str, Any]] = {}
+        assigned: list[tuple[dict[str, Any], str]] = []
+        for i, message in enumerate(messages):
+            if not isinstance(message, dict):
+                raise SerializationError(
+                    f"messages[{i}] must be a dict, not {type(message).__name__}"
+                )
+            given = message.get("id")
+            if given is None:
+                mid = uuid.uuid4().hex
+                assigned.append((message, mid))
+                payload = encode({**message, "id": mid}, "message")
+            else:
+                mid = message_id(given)
+                payload = encode(message, "message")
+            role = message.get("role")
+            rows.setdefault(
+                mid,
+                {
+                    "message_id": mid,
+                    "role": role if isinstance(role, str) else None,
+                    "payload": payload,
+                },
+            )
+        for message, mid in assigned:
+            message["id"] = mid
+        return list(rows.values())

@@ -1,0 +1,102 @@
+"""Checks of ids, limits, counts and constructor arguments, done once, before any I/O.
+
+Every public call validates its input here first, so bad input raises a typed error
+(``ConfigError`` or ``SerializationError``) and never reaches a database.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeGuard, TypeVar
+
+from .errors import ConfigError, SerializationError
+
+__all__ = [
+    "ID_TYPES",
+    "MAX_ID_LENGTH",
+    "IdType",
+    "check_bool",
+    "check_choice",
+    "check_count",
+    "check_id",
+    "check_id_type",
+    "check_limit",
+    "check_positive_number",
+    "is_int",
+    "message_id",
+]
+
+IdType = Literal["string", "int", "bigint"]
+ID_TYPES: tuple[IdType, ...] = ("string", "int", "bigint")
+MAX_ID_LENGTH = 255
+_INT_BOUNDS = {"int": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1)}
+C = TypeVar("C", bound=str)
+
+
+def is_int(value: object) -> TypeGuard[int]:
+    """An ``int`` that is not a ``bool`` (``True`` is an int to Python, not to us)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_bool(name: str, value: object) -> bool:
+    """Return ``value`` if it is a bool, else raise ``ConfigError``."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be a bool, not {value!r}")
+    return value
+
+
+def check_count(name: str, value: object) -> int:
+    """A non-negative int, as a limit, an offset or a version."""
+    if not is_int(value) or value < 0:
+        raise ConfigError(f"{name} must be a non-negative int, not {value!r}")
+    return value
+
+
+def check_limit(value: object) -> int | None:
+    """A ``limit`` argument: None means no limit."""
+    return None if value is None else check_count("limit", value)
+
+
+def check_positive_number(name: str, value: object) -> float:
+    """A positive int or float (a duration in seconds, say)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{name} must be a positive number, not {value!r}")
+    return float(value)
+
+
+def check_choice(name: str, value: object, choices: tuple[C, ...]) -> C:
+    """One of ``choices``."""
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+    return value
+
+
+def check_id_type(name: str, value: object) -> IdType:
+    """Validate an ``id_type`` / ``user_id_type`` constructor argument."""
+    return check_choice(name, value, ID_TYPES)
+
+
+def check_id(what: str, value: object, id_type: IdType = "string") -> Any:
+    """Return ``value`` if it is a valid id of ``id_type``, else raise ``ConfigError``."""
+    if id_type == "string":
+        if not isinstance(value, str):
+            raise ConfigError(f"{what} must be a str, not {type(value).__name__}")
+        if not 0 < len(value) <= MAX_ID_LENGTH:
+            raise ConfigError(f"{what} must be 1-{MAX_ID_LENGTH} characters, not {len(value)}")
+        if "\x00" in value:
+            raise ConfigError(f"{what} must not contain U+0000")
+        return value
+    if not is_int(value):
+        raise ConfigError(f"{what} must be an int ({id_type}), not {type(value).__name__}")
+    low, high = _INT_BOUNDS[id_type]
+    if not low <= value <= high:
+        raise ConfigError(f"{what} {value} is out of range for {id_type}")
+    return int(value)
+
+
+def message_id(value: object) -> str:
+    """The id of a message inside a state write: bad ones are ``SerializationError``."""
+    try:
+        result: str = check_id("message id", value)
+    except ConfigError as exc:
+        raise SerializationError(str(exc)) from None
+    return result
