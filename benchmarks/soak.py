@@ -25,15 +25,16 @@ import multiprocessing
 import os
 import random
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import asyncpg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' server runner
 
 from tenxstore import (
     CheckpointRepository,
@@ -41,6 +42,7 @@ from tenxstore import (
     StaleStateError,
     ToolExecutionInProgress,
 )
+from tests.servers import RedisServer
 
 PG_URL = os.environ.get("TENXSTORE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 USERS = ("alice", "bob")
@@ -49,54 +51,6 @@ TOOLS_PER_THREAD = 12
 
 def owner(thread: str) -> str:
     return USERS[int(thread.rsplit("-", 1)[1]) % len(USERS)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class RedisServer:
-    """The soak's own redis-server, so it can be killed and started again."""
-
-    def __init__(self, port: int, directory: str) -> None:
-        self.port, self.directory = port, directory
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise SystemExit("redis-server is required")
-        self.process = subprocess.Popen(
-            [
-                binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                self.directory,
-            ],
-            stdout=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return
-            except OSError:
-                time.sleep(0.02)
-        raise SystemExit("redis-server did not start")
-
-    def kill(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait(10)
 
 
 async def work(index: int, args: dict[str, Any], deadline: float) -> dict[str, Any]:
@@ -278,7 +232,7 @@ def main() -> int:
 
     schema = f"soak_{uuid.uuid4().hex[:8]}"
     directory = tempfile.mkdtemp(prefix="tenxstore-soak-")
-    redis = RedisServer(free_port(), directory)
+    redis = RedisServer(Path(directory))
     redis.start()
     args = {
         "schema": schema,

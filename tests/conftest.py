@@ -64,6 +64,11 @@ class Backend:
                 await client.aclose()
 
 
+def cfg(thread: Any = "t1", user: Any = "alice", **extra: Any) -> dict[str, Any]:
+    """A run config: thread ``t1`` of ``alice`` unless told otherwise."""
+    return {"thread_id": thread, "user_id": user, **extra}
+
+
 async def drop_schema(url: str, schema: str) -> None:
     conn = await asyncpg.connect(url)
     try:

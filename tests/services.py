@@ -22,6 +22,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests import servers
+from tests.servers import free_port, wait_for_port
+
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -92,25 +95,6 @@ def _required(what: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{what} is required in CI (.ci/run installs it)", pytrace=False)
     pytest.skip(f"{what} is not installed")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for_port(port: int, process: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.02)  # waiting for a server to listen
-    raise RuntimeError(f"{what} did not listen on {port}")
 
 
 @functools.cache
@@ -245,37 +229,10 @@ class RedisCluster:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-class RedisServer:
-    """A redis-server owned by a test, on a spare loopback port, to kill and restart."""
-
-    def __init__(self, directory: Path) -> None:
-        self.port, self.directory = free_port(), directory
-        self.process: subprocess.Popen[bytes] | None = None
+class RedisServer(servers.RedisServer):
+    """A redis-server owned by a test; a missing binary follows the rule above."""
 
     def start(self) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
+        if shutil.which("redis-server") is None:
             _required("redis-server")
-        self.process = subprocess.Popen(
-            [
-                str(binary),
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.directory),
-            ],
-            stdout=subprocess.DEVNULL,
-        )
-        atexit.register(self.process.kill)
-        wait_for_port(self.port, self.process, "redis-server")
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.kill()
-        self.process.wait(10)
+        super().start()

@@ -93,7 +93,11 @@ def test_threads_show_and_history(db: list[str]) -> None:
 def export_all(args: list[str]) -> list[dict[str, Any]]:
     async def go() -> list[dict[str, Any]]:
         async with repo_for(args) as repo:
-            return [archive.export_to_json(e) async for e in archive._exports(repo, None)]
+            exports = [
+                await repo.aexport_thread({"thread_id": t.thread_id, **archive.OPERATOR})
+                async for t in repo.aiter_threads()
+            ]
+            return [archive.export_to_json(e) for e in exports if e is not None]
 
     return asyncio.run(go())
 

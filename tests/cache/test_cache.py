@@ -27,11 +27,7 @@ from tenxstore import (
 )
 from tenxstore.cache import cache_key
 from tests import services
-from tests.conftest import drop_schema, new_schema
-
-
-def cfg(thread: str = "t1", user: str = "alice", **extra: Any) -> dict[str, Any]:
-    return {"thread_id": thread, "user_id": user, **extra}
+from tests.conftest import cfg, drop_schema, new_schema
 
 
 @contextmanager

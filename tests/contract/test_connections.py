@@ -13,10 +13,7 @@ import asyncpg
 import pytest
 
 from tenxstore import CheckpointRepository, ConnectionLost, LockTimeout
-
-
-def cfg() -> dict[str, Any]:
-    return {"thread_id": "t", "user_id": "u"}
+from tests.conftest import cfg
 
 
 async def backends(admin: Any, name: str, waiting: bool = False) -> list[int]:
@@ -65,18 +62,18 @@ async def test_killed_idle_connections_cost_nothing(
     repo, name = named_repo(pg_url, pg_schema)
     try:
         await repo.asetup()
-        config = cfg()
+        config = cfg("t", "u")
         await repo.aget_state(config)
         await repo.aput_state(config, {"n": 1})
         await kill(admin, await backends(admin, name))
         # A read on a dead pooled connection is retried once, on a fresh connection.
-        assert await repo.aget_state(cfg()) == {"n": 1}
+        assert await repo.aget_state(cfg("t", "u")) == {"n": 1}
         await repo.aget_state(config)
         await kill(admin, await backends(admin, name))
         # A write whose connection was dead on arrival had sent nothing: it runs on a
         # fresh connection. Its compare-and-swap still holds.
         assert await repo.aput_state(config, {"n": 2}) == 2
-        assert await repo.aget_state(cfg()) == {"n": 2}
+        assert await repo.aget_state(cfg("t", "u")) == {"n": 2}
     finally:
         await repo.aclose()
 
@@ -105,7 +102,7 @@ async def test_a_writer_killed_while_waiting_on_the_lock(
     repo, name = named_repo(pg_url, pg_schema)
     try:
         await repo.asetup()
-        config = cfg()
+        config = cfg("t", "u")
         await repo.aput_state(config, {"n": 1})
         holder = await hold_lock(admin, pg_schema)
         write = asyncio.ensure_future(repo.aput_state(config, {"n": "killed"}))
@@ -114,7 +111,7 @@ async def test_a_writer_killed_while_waiting_on_the_lock(
             await asyncio.wait_for(write, 10)  # an error, not a hang
         assert err.value.committed is False
         await holder.rollback()
-        reader = cfg()
+        reader = cfg("t", "u")
         assert await repo.aget_state(reader) == {"n": 1}  # nothing of it is visible
         assert await repo.aput_state(reader, {"n": 2}) == 2
     finally:
@@ -127,15 +124,15 @@ async def test_lock_waits_are_bounded_on_postgresql(
     repo, _ = named_repo(pg_url, pg_schema, lock_timeout=0.2)
     try:
         await repo.asetup()
-        config = cfg()
+        config = cfg("t", "u")
         await repo.aput_state(config, {"n": 1})
         holder = await hold_lock(admin, pg_schema)
         with pytest.raises(LockTimeout):
             await asyncio.wait_for(repo.aput_state(config, {"n": "blocked"}), 10)
         with pytest.raises(TimeoutError):  # LockTimeout is a TimeoutError
-            await asyncio.wait_for(repo.aclean_thread(cfg()), 10)
+            await asyncio.wait_for(repo.aclean_thread(cfg("t", "u")), 10)
         await holder.rollback()
-        assert await repo.aget_state(cfg()) == {"n": 1}
+        assert await repo.aget_state(cfg("t", "u")) == {"n": 1}
         assert await repo.aput_state(config, {"n": 2}) == 2
     finally:
         await repo.aclose()
@@ -146,14 +143,14 @@ async def test_lock_waits_are_bounded_on_sqlite(tmp_path: Path) -> None:
     repo = CheckpointRepository(f"sqlite:///{path}", lock_timeout=0.2)
     try:
         await repo.asetup()
-        config = cfg()
+        config = cfg("t", "u")
         await repo.aput_state(config, {"n": 1})
         holder = sqlite3.connect(path, isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")
         try:
             with pytest.raises(LockTimeout):
                 await asyncio.wait_for(repo.aput_state(config, {"n": "blocked"}), 10)
-            assert await repo.aget_state(cfg()) == {"n": 1}  # readers are not blocked (WAL)
+            assert await repo.aget_state(cfg("t", "u")) == {"n": 1}  # readers are not blocked (WAL)
         finally:
             holder.execute("ROLLBACK")
             holder.close()
@@ -174,7 +171,7 @@ async def test_a_cancelled_writer_leaves_no_open_transaction(
     repo, name = named_repo(pg_url, pg_schema)
     try:
         await repo.asetup()
-        config = cfg()
+        config = cfg("t", "u")
         await repo.aput_state(config, {"n": 1})
         holder = await hold_lock(admin, pg_schema)
         write = asyncio.ensure_future(repo.aput_state(config, {"n": "cancelled"}))
@@ -191,6 +188,6 @@ async def test_a_cancelled_writer_leaves_no_open_transaction(
         assert open_transactions == 0
         for n in (2, 3):  # the pool hands out clean connections only
             assert await repo.aput_state(config, {"n": n}) == n
-        assert await repo.aget_state(cfg()) == {"n": 3}
+        assert await repo.aget_state(cfg("t", "u")) == {"n": 3}
     finally:
         await repo.aclose()

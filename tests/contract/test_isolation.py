@@ -13,7 +13,7 @@ from tenxstore import (
     SerializationError,
     ThreadOwnershipError,
 )
-from tests.conftest import Backend
+from tests.conftest import Backend, cfg
 
 HOSTILE_IDS = [
     "a'b",
@@ -31,10 +31,6 @@ HOSTILE_IDS = [
     "a:b",
     " ",
 ]
-
-
-def cfg(thread: Any = "t1", user: Any = "alice", **extra: Any) -> dict[str, Any]:
-    return {"thread_id": thread, "user_id": user, **extra}
 
 
 async def test_another_users_thread_reads_as_absent_everywhere(cp: CheckpointRepository) -> None:

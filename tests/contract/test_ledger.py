@@ -18,11 +18,7 @@ from tenxstore import (
     ToolExecutionMismatch,
     ToolExecutionNotFound,
 )
-from tests.conftest import Backend
-
-
-def cfg(thread: str = "t1", user: str = "alice") -> dict[str, Any]:
-    return {"thread_id": thread, "user_id": user}
+from tests.conftest import Backend, cfg
 
 
 async def test_claim_complete_then_replay(cp: CheckpointRepository) -> None:

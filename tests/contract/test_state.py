@@ -8,11 +8,7 @@ from typing import Any
 import pytest
 
 from tenxstore import CheckpointRepository, StaleStateError
-from tests.conftest import Backend
-
-
-def cfg(thread: str = "t1", user: str = "alice", **extra: Any) -> dict[str, Any]:
-    return {"thread_id": thread, "user_id": user, **extra}
+from tests.conftest import Backend, cfg
 
 
 async def test_a_new_thread_reads_as_none_at_version_zero(cp: CheckpointRepository) -> None:

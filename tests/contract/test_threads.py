@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from tenxstore import CheckpointRepository
-
-
-def cfg(thread: str = "t1", user: str = "alice") -> dict[str, Any]:
-    return {"thread_id": thread, "user_id": user}
+from tests.conftest import cfg
 
 
 async def test_put_thread_creates_and_updates_without_touching_the_version(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -13,10 +12,7 @@ from redis.asyncio.cluster import RedisCluster
 from tenxstore import AuthPolicy, CachedCheckpointer, CheckpointRepository, StaleStateError
 from tests import services
 from tests.cache.test_cache import sql_statements
-
-
-def cfg(thread: str = "t1", user: str = "alice", **extra: Any) -> dict[str, Any]:
-    return {"thread_id": thread, "user_id": user, **extra}
+from tests.conftest import cfg
 
 
 @pytest.fixture(scope="module")
