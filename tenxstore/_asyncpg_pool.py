@@ -9,6 +9,7 @@ your own is the faster choice when you have one.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -55,6 +56,13 @@ def engine_from_asyncpg_pool(pool: Any, **options: Any) -> AsyncEngine:
         )
 
     async def borrow() -> Any:
+        owner = getattr(pool, "_loop", None)  # asyncpg keeps the loop it was created on
+        if owner is not None and owner is not asyncio.get_running_loop():
+            raise ConfigError(
+                "pg_pool is an asyncpg pool of another event loop"
+                + (" (now closed)" if owner.is_closed() else "")
+                + ": create the pool on the loop that uses the checkpointer, or pass a DSN"
+            )
         return _Borrowed(pool, await pool.acquire())
 
     engine = create_async_engine(

@@ -1,40 +1,41 @@
-"""CachedCheckpointer: a Redis hot cache layered on any repository, as a decorator.
+"""CachedCheckpointer: a Redis hot cache layered on any checkpointer, as a decorator.
 
 The shape is dogpile.cache's ``ProxyBackend``: the same public methods, each
 written out, and the wrapped object one attribute away (``.inner``). The
 repository never knows Redis exists; the cache holds plain data and versions.
 
-Redis is best effort. Every failure — refused, timed out, black-holed, NOSCRIPT,
-cluster errors — is logged and ignored, and the call is served by the database.
-After a failure Redis is not tried again for a back-off window ("down until"), so
-a dead Redis costs one short timeout, not one per call; the first call after the
-window probes it again. Keys whose invalidation or refresh could not be sent are
-remembered and deleted once Redis answers again, so an entry that went stale while
-Redis was unreachable from this process is not served after it returns.
+Keys are ``{key_prefix}:{thread_id}:{user_id}``, with ``*`` as the user of calls to
+which isolation does not apply. The default prefix is ``state_cache:`` followed by
+the store's own id (written into the database by its migrations), so stores that
+share one Redis never share an entry, and one store reached two ways always does.
+What Redis holds and how a stale write can never land is in
+:mod:`tenxstore.redis_cache`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import time
 from base64 import urlsafe_b64encode
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any, TypeVar
+from dataclasses import replace
+from typing import Any
 
 from redis.asyncio import ConnectionPool, Redis
-from redis.asyncio.cluster import RedisCluster
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from redis.retry import Retry
 
-from .config import RunIds, read_config, recorded_version, set_recorded_version
+from .config import RunIds, read_config, record_read, recorded_incarnation, recorded_version
 from .errors import ConfigError, StaleStateError
 from .langgraph_tables import LangGraphTables
 from .protocol import Checkpointer
-from .serde import RESERVED_KEY, decode, encode_state
+from .redis_cache import BLANKET, INCARNATION_MEMBER, MAX_PUT_AGE, Fence, RedisCache
+from .redis_cache import decode_entry as _decode_entry
+from .serde import encode_state
 from .types import (
+    Commit,
+    Health,
     ImportOutcome,
     OnConflict,
     StateSnapshot,
@@ -42,43 +43,24 @@ from .types import (
     ThreadInfo,
     ToolExecution,
 )
-from .validate import IdType
+from .validate import IdType, is_int
 
-__all__ = ["CachedCheckpointer", "cache_key"]
+__all__ = ["DEFAULT_KEY_PREFIX", "CachedCheckpointer", "cache_key"]
 
 log = logging.getLogger("tenxstore.cache")
-T = TypeVar("T")
-
-CACHE_ERRORS: tuple[type[BaseException], ...] = (
-    RedisError,
-    RedisClusterException,  # not a RedisError
-    OSError,
-    asyncio.TimeoutError,
-    TimeoutError,
-)
 _VERBATIM = re.compile(r"[A-Za-z0-9._-]+")
 _UNSCOPED = "*"
-_MAX_DIRTY = 10_000
 
-# KEYS[1] cache key   ARGV[1] version   ARGV[2] payload   ARGV[3] ttl in ms (0: none)
-# returns 1 when stored, 0 when a newer version is already cached.
-# The version is the payload's first member, so a 64-byte GETRANGE reads it without
-# copying a multi-MB value into the script.
-_PUT_IF_NEWER = """
-local head = redis.call('GETRANGE', KEYS[1], 0, 63)
-if head ~= '' then
-  local cached = string.match(head, '^ ?{"__checkpoint_version__":(%d+)')
-  if cached and tonumber(cached) > tonumber(ARGV[1]) then
-    return 0
-  end
-end
-if tonumber(ARGV[3]) > 0 then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-else
-  redis.call('SET', KEYS[1], ARGV[2])
-end
-return 1
-"""
+
+class _DefaultPrefix(str):
+    """``"state_cache"`` as the default argument, told apart from the same text passed
+    on purpose: the default gets the store's namespace appended, an explicit prefix is
+    used verbatim."""
+
+    __slots__ = ()
+
+
+DEFAULT_KEY_PREFIX: str = _DefaultPrefix("state_cache")
 
 
 def _segment(value: Any) -> str:
@@ -96,153 +78,67 @@ def cache_key(prefix: str, thread_id: Any, user_id: Any, isolated: bool) -> str:
     return f"{prefix}:{_segment(thread_id)}:{user}"
 
 
-def _payload(state: dict[str, Any], version: int) -> str:
-    """The state as JSON with its version spliced in as the first member."""
-    body = encode_state(state)
-    mark = " " if body.startswith(" ") else ""
-    body = body.lstrip(" ")
-    rest = "}" if body == "{}" else "," + body[1:]
-    return f'{mark}{{"{RESERVED_KEY}":{version}{rest}'
-
-
-class _Redis:
-    """A Redis client behind a bounded, fail-open call and a down-until window."""
-
-    def __init__(
-        self, client: Any, *, owns: bool, timeout: float, backoff: float, max_backoff: float
-    ) -> None:
-        self.client = client
-        self.owns = owns
-        self.timeout = timeout
-        self.backoff, self.max_backoff = backoff, max_backoff
-        self.down_until = 0.0
-        self.failures = 0
-        self.dirty: set[str] = set()
-        self.put_script = client.register_script(_PUT_IF_NEWER)
-        self.cluster = isinstance(client, RedisCluster)
-
-    def available(self) -> bool:
-        return time.monotonic() >= self.down_until
-
-    async def call(self, what: str, make: Callable[[], Any], keys: Iterable[str] = ()) -> Any:
-        """Run one Redis call; on any failure log it, open the window, return None.
-
-        ``keys`` are remembered for invalidation when the call does not get through.
-        """
-        if not self.available():
-            self._remember(keys)
-            return None
-        try:
-            result = await asyncio.wait_for(make(), self.timeout)
-        except CACHE_ERRORS as exc:
-            self._remember(keys)
-            self.failures += 1
-            window = min(self.backoff * 2 ** (self.failures - 1), self.max_backoff)
-            self.down_until = time.monotonic() + window
-            log.warning("redis %s failed (%r); not trying Redis for %.1fs", what, exc, window)
-            return None
-        if self.failures:
-            self.failures = 0
-            log.info("redis answers again")
-        if self.dirty:
-            await self._flush_dirty()
-        return result
-
-    def _remember(self, keys: Iterable[str]) -> None:
-        for key in keys:
-            if len(self.dirty) >= _MAX_DIRTY:
-                log.error("too many cache keys await invalidation; relying on cache_ttl")
-                return
-            self.dirty.add(key)
-
-    async def _flush_dirty(self) -> None:
-        keys, self.dirty = list(self.dirty), set()
-        # One key per command: safe on a cluster, where keys live on different slots.
-        await self.call("invalidate", lambda: self.delete_each(keys), keys)
-
-    async def put(self, key: str, args: list[Any], stale: list[str]) -> Any:
-        """EVALSHA the guarded put and DEL the ``stale`` keys in one round trip.
-
-        A pipeline, not a transaction: each command names one key. A Redis that lost
-        its scripts (a restart) answers NOSCRIPT: the script is loaded and the put
-        sent again. redis-py refuses scripts in a cluster pipeline, so on a cluster the
-        put (one key, cluster-safe) and the deletions go out side by side instead.
-        """
-        if self.cluster:
-            stored, *_ = await asyncio.gather(
-                self.put_script(keys=[key], args=args),
-                *(self.client.delete(other) for other in stale),
-            )
-            return stored
-        pipe = self.client.pipeline(transaction=False)
-        pipe.evalsha(self.put_script.sha, 1, key, *args)
-        for other in stale:
-            pipe.delete(other)
-        results = await pipe.execute(raise_on_error=False)
-        for failure in results[1:]:
-            if isinstance(failure, Exception):
-                raise failure
-        stored = results[0]
-        if isinstance(stored, NoScriptError):
-            await self.client.script_load(_PUT_IF_NEWER)
-            stored = await self.client.evalsha(self.put_script.sha, 1, key, *args)
-        elif isinstance(stored, Exception):
-            raise stored
-        return stored
-
-    async def delete_each(self, keys: list[str]) -> None:
-        for key in keys:
-            await self.client.delete(key)
-
-    async def close(self) -> None:
-        if self.owns:
-            try:
-                await self.client.aclose()
-            except CACHE_ERRORS as exc:
-                log.warning("closing redis failed: %r", exc)
+def _body(state: dict[str, Any]) -> tuple[str, str] | None:
+    """A state's text as (stdlib mark, members after ``{``); None when the state uses
+    the incarnation's member itself (it cannot be cached, and is served from the
+    database instead)."""
+    if INCARNATION_MEMBER in state:
+        return None
+    text = encode_state(state)
+    mark = " " if text.startswith(" ") else ""
+    text = text[len(mark) :]
+    return mark, ("}" if text == "{}" else "," + text[1:])
 
 
 def _make_client(
     redis: Any, redis_url: str | None, redis_pool: Any, timeout: float
-) -> tuple[Any, bool]:
+) -> tuple[Any, Callable[[], Any] | None, bool]:
+    """(client, a maker of another for a second loop or None, whether we own it)."""
     given = [x for x in (redis, redis_url, redis_pool) if x is not None]
     if len(given) != 1:
         raise ConfigError("pass exactly one of redis=, redis_url= or redis_pool=")
     if redis is not None:
-        return redis, False
+        return redis, None, False
     if redis_pool is not None:
         if not isinstance(redis_pool, ConnectionPool):
             raise ConfigError("redis_pool must be a redis.asyncio.ConnectionPool")
-        return Redis(connection_pool=redis_pool), True  # the pool stays the caller's
+        return Redis(connection_pool=redis_pool), None, False  # the pool stays the caller's
     if not isinstance(redis_url, str):
         raise ConfigError(f"redis_url must be a str, not {type(redis_url).__name__}")
-    # redis-py's defaults (5 s timeouts, retries with back-off) suit a database, not a
-    # best-effort cache: fail fast and let the database answer.
-    return (
-        Redis.from_url(
+
+    def make() -> Redis:
+        # redis-py's defaults (5 s timeouts, retries with back-off) suit a database,
+        # not a best-effort cache: fail fast and let the database answer.
+        return Redis.from_url(
             redis_url,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0),
-        ),
-        True,
-    )
+        )
+
+    return make(), make, True
 
 
 class CachedCheckpointer:
-    """A Redis hot cache in front of any checkpointer with the repository's interface.
+    """A Redis hot cache in front of any :class:`~tenxstore.Checkpointer`.
 
     Writes go to the database first; only after commit is the state stored in Redis,
-    by one Lua script that never replaces a newer cached version. Reads through
-    :meth:`aget_state_cache` try Redis first and refresh it on a miss.
+    by one Lua script that never replaces a newer cached version (nor a newer life of
+    the thread). Reads through :meth:`aget_state_cache` try Redis first and refresh it
+    on a miss. Once the database has committed, a call returns its result: a Redis
+    error after the commit is logged, never raised (a cancellation still propagates,
+    as asyncio requires: a cancelled write may have committed).
 
     Args:
-        inner: The wrapped repository (``.inner``).
+        inner: The wrapped checkpointer (``.inner``).
         redis: A ``redis.asyncio`` client (also a ``RedisCluster``); stays the caller's.
-        redis_url: A Redis URL; the client is created with short timeouts.
+        redis_url: A Redis URL; the client is created with short timeouts, one per
+            event loop, each closed when its loop shuts down.
         redis_pool: A ``redis.asyncio.ConnectionPool``; stays the caller's.
         cache_ttl: Seconds an entry lives; ``None`` for no expiry.
-        key_prefix: First segment of every key.
+        key_prefix: First segment(s) of every key. The default, ``"state_cache"``, is
+            followed by the store's id; a prefix you pass is used verbatim, and then
+            two stores that share a Redis must not share it (you own its uniqueness).
         redis_timeout: Bound on every Redis call this class makes, in seconds.
         redis_backoff: First "down" window after a failure, doubling up to 30 s.
 
@@ -258,7 +154,7 @@ class CachedCheckpointer:
         redis_url: str | None = None,
         redis_pool: Any = None,
         cache_ttl: float | None = 86400,
-        key_prefix: str = "state_cache",
+        key_prefix: str = DEFAULT_KEY_PREFIX,
         redis_timeout: float = 0.25,
         redis_backoff: float = 1.0,
     ) -> None:
@@ -273,14 +169,22 @@ class CachedCheckpointer:
                 raise ConfigError(f"{name} must be a positive number, not {value!r}")
         self.inner = inner
         self.cache_ttl = cache_ttl
-        self.key_prefix = key_prefix
-        self._ttl_ms = 0 if cache_ttl is None else max(1, int(cache_ttl * 1000))
-        self._redis: _Redis | None = None
+        self._namespaced = isinstance(key_prefix, _DefaultPrefix)
+        self._prefix: str | None = None if self._namespaced else key_prefix
+        self._base_prefix = str(key_prefix)
+        self._redis: RedisCache | None = None
         if (redis, redis_url, redis_pool) == (None, None, None) and not self._requires_redis():
-            return  # a preset without a cache: every call goes to the inner repository
-        client, owns = _make_client(redis, redis_url, redis_pool, redis_timeout)
-        self._redis = _Redis(
-            client, owns=owns, timeout=redis_timeout, backoff=redis_backoff, max_backoff=30.0
+            return  # a preset without a cache: every call goes to the inner checkpointer
+        client, make, owns = _make_client(redis, redis_url, redis_pool, redis_timeout)
+        ttl_ms = 0 if cache_ttl is None else max(1, int(cache_ttl * 1000))
+        self._redis = RedisCache(
+            client,
+            make=make,
+            owns=owns,
+            timeout=redis_timeout,
+            backoff=redis_backoff,
+            max_backoff=30.0,
+            ttl_ms=ttl_ms,
         )
 
     @classmethod
@@ -292,8 +196,13 @@ class CachedCheckpointer:
 
     @property
     def redis(self) -> Any:
-        """The Redis client, or None for a preset without a cache."""
+        """The Redis client of the running loop, or None for a preset without a cache."""
         return None if self._redis is None else self._redis.client
+
+    @property
+    def key_prefix(self) -> str:
+        """The prefix of every key (the default's namespace once the store is known)."""
+        return self._prefix or self._base_prefix
 
     @property
     def state_history_limit(self) -> int:
@@ -334,36 +243,36 @@ class CachedCheckpointer:
             user_id_type=inner.user_id_type,
         )
 
-    def _key(self, ids: RunIds) -> str:
-        return cache_key(self.key_prefix, ids.thread_id, ids.user_id, ids.isolated)
+    async def _key_prefix(self) -> str:
+        if self._prefix is None:
+            self._prefix = f"{self._base_prefix}:{await self.inner.astore_id()}"
+        return self._prefix
 
-    def _other_keys(self, ids: RunIds) -> list[str]:
-        """The entries of the other isolation mode that a write makes stale."""
-        if ids.isolated:
-            return [cache_key(self.key_prefix, ids.thread_id, None, False)]
-        if ids.user_id is not None:
-            return [cache_key(self.key_prefix, ids.thread_id, ids.user_id, True)]
-        return []
+    async def _keys(self, thread_id: Any, owner: Any) -> tuple[str, str | None]:
+        """(the unscoped key, the owner's scoped key or None) of a thread."""
+        prefix = await self._key_prefix()
+        scoped = None if owner is None else cache_key(prefix, thread_id, owner, True)
+        return cache_key(prefix, thread_id, None, False), scoped
 
     async def _put(
-        self, key: str, state: dict[str, Any], version: int, stale: list[str] | None = None
+        self,
+        key: str,
+        state: dict[str, Any],
+        version: int,
+        incarnation: int | None,
+        fences: Iterable[tuple[str, Fence]],
+        prepared: float,
     ) -> bool:
-        """The guarded put of ``key``, and the deletion of ``stale`` keys, best effort."""
-        payload = _payload(state, version)
+        """The guarded put of ``key`` with fences of other keys; a put prepared too long
+        ago (or a state that cannot be cached) only fences."""
         redis = self._redis
-        if redis is None:
+        assert redis is not None
+        body = _body(state)
+        if body is None or time.monotonic() - prepared > MAX_PUT_AGE:
+            own = (incarnation, version) if incarnation is not None else BLANKET
+            await redis.fence([(key, own), *fences])
             return False
-        args, others = [version, payload, self._ttl_ms], stale or []
-        stored = await redis.call("put", lambda: redis.put(key, args, others), [key, *others])
-        return bool(stored)
-
-    async def _delete(self, keys: list[str]) -> None:
-        redis = self._redis
-        if keys and redis is not None:
-            await redis.call("delete", lambda: redis.delete_each(keys), keys)
-
-    async def _after_write(self, ids: RunIds, state: dict[str, Any], version: int) -> None:
-        await self._put(self._key(ids), state, version, self._other_keys(ids))
+        return await redis.put(key, body, version, incarnation, fences)
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -375,13 +284,34 @@ class CachedCheckpointer:
         """Synchronous :meth:`asetup`."""
         self.inner.setup()
 
+    async def astore_id(self) -> str:
+        """The id of the wrapped store (see the repository)."""
+        return await self.inner.astore_id()
+
+    async def acheck(self) -> Health:
+        """The wrapped store's check, and Redis's: a PING now (bounded by
+        ``redis_timeout``), the back-off window and the invalidations still pending."""
+        health = await self.inner.acheck()
+        redis = self._redis
+        if redis is None:
+            return health
+        status = redis.status()
+        problem = await redis.probe()
+        return replace(
+            health,
+            cache=redis.describe(),
+            cache_error=problem,
+            cache_down_for=status.down_for,
+            pending_invalidations=status.pending_invalidations,
+        )
+
     async def aclose(self) -> None:
         """Close the wrapped repository and the Redis client this class created."""
         try:
             await self.inner.aclose()
         finally:
             if self._redis is not None:
-                await self._redis.close()
+                await self._redis.aclose()
 
     async def __aenter__(self) -> CachedCheckpointer:
         return self
@@ -404,14 +334,35 @@ class CachedCheckpointer:
         On ``StaleStateError`` the cached entry is dropped before the error propagates,
         so the run's next read comes from the database.
         """
+        return (await self.acommit(config, state, messages, meta=meta)).version
+
+    async def acommit(
+        self,
+        config: dict[str, Any],
+        state: dict[str, Any],
+        messages: Iterable[dict[str, Any]] = (),
+        *,
+        meta: dict[str, Any] | None = None,
+    ) -> Commit:
+        """:meth:`aput_checkpoint`, returning the repository's :class:`Commit`."""
         ids = self._ids(config)
+        redis = self._redis
+        prepared = time.monotonic()
         try:
-            version = await self.inner.aput_checkpoint(config, state, messages, meta=meta)
+            commit = await self.inner.acommit(config, state, messages, meta=meta)
         except StaleStateError:
-            await self._delete([self._key(ids)])
+            if redis is not None:
+                prefix = await self._key_prefix()
+                await redis.delete([cache_key(prefix, ids.thread_id, ids.user_id, ids.isolated)])
             raise
-        await self._after_write(ids, state, version)
-        return version
+        if redis is not None:
+            unscoped, scoped = await self._keys(commit.thread_id, commit.user_id)
+            own, other = (scoped, unscoped) if ids.isolated else (unscoped, scoped)
+            assert own is not None
+            fence = (commit.incarnation, commit.version)
+            others = [] if other is None else [(other, fence)]
+            await self._put(own, state, commit.version, commit.incarnation, others, prepared)
+        return commit
 
     async def aput_state(
         self, config: dict[str, Any], state: dict[str, Any], *, meta: dict[str, Any] | None = None
@@ -426,21 +377,31 @@ class CachedCheckpointer:
     async def aget_state_cache(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The latest state: Redis first, then the database (refreshing Redis).
 
-        Records the version read in ``config["_checkpoint_version"]`` (0 for no state).
+        Records the version read (0 for no state), and the thread's incarnation, in
+        the config. An entry that does not decode is a miss: it is logged and dropped.
         """
         ids = self._ids(config)
         redis = self._redis
         if redis is None:
-            return await self.aget_state(config)
-        key = self._key(ids)
-        raw = await redis.call("get", lambda: redis.client.get(key))
+            return await self.inner.aget_state(config)
+        prefix = await self._key_prefix()
+        key = cache_key(prefix, ids.thread_id, ids.user_id, ids.isolated)
+        raw = await redis.get(key)
         if raw is not None:
-            cached: dict[str, Any] = decode(raw)
-            set_recorded_version(config, cached.pop(RESERVED_KEY))
-            return cached
+            try:
+                entry = _decode_entry(raw)
+            except ValueError as exc:
+                log.warning("dropping a cache entry that does not decode (%s): %s", key, exc)
+                await redis.delete([key])
+                entry = None
+            if entry is not None:
+                record_read(config, entry.version, entry.incarnation)
+                return entry.state
+        prepared = time.monotonic()
         state = await self.inner.aget_state(config)
         if state is not None:
-            await self._put(key, state, recorded_version(config) or 0)
+            version = recorded_version(config) or 0
+            await self._put(key, state, version, recorded_incarnation(config), (), prepared)
         return state
 
     async def aput_state_cache(
@@ -448,13 +409,25 @@ class CachedCheckpointer:
     ) -> bool:
         """Store ``state`` at ``version`` in the cache only, unless a newer one is cached.
 
+        The thread's incarnation is the one the run recorded when it read; without one
+        the cached entry's is kept.
+
         Returns:
             Whether it was stored (False when refused or when Redis is unavailable).
         """
         ids = self._ids(config)
-        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        if not is_int(version) or version < 0:
             raise ConfigError(f"version must be a non-negative int, not {version!r}")
-        return await self._put(self._key(ids), state, version)
+        encode_state(state)  # a state that cannot be stored is an error, cache or not
+        redis = self._redis
+        if redis is None:
+            return False
+        prefix = await self._key_prefix()
+        key = cache_key(prefix, ids.thread_id, ids.user_id, ids.isolated)
+        body = _body(state)
+        if body is None:
+            return False
+        return await redis.put(key, body, version, recorded_incarnation(config))
 
     async def alist_states(
         self, config: dict[str, Any], limit: int | None = None
@@ -484,16 +457,33 @@ class CachedCheckpointer:
         return await self.inner.aget_thread(config)
 
     async def alist_threads(
-        self, config: dict[str, Any], limit: int = 50, offset: int = 0
+        self, config: dict[str, Any], limit: int | None = 50, offset: int = 0
     ) -> list[ThreadInfo]:
         """The caller's threads, most recently updated first."""
         return await self.inner.alist_threads(config, limit, offset)
 
     async def aclean_thread(self, config: dict[str, Any]) -> bool:
-        """Delete the thread and its data, then its cache entries of both modes."""
+        """Delete the thread and its data, then fence its cache entries of both modes.
+
+        After this returns (and Redis answered), no read through the cache returns the
+        deleted data, and no refill that read it before the delete can store it.
+        """
+        return await self.adelete(config) is not None
+
+    async def adelete(self, config: dict[str, Any]) -> Commit | None:
+        """:meth:`aclean_thread`, returning the repository's :class:`Commit`."""
         ids = self._ids(config)
-        removed = await self.inner.aclean_thread(config)
-        await self._delete([self._key(ids), *self._other_keys(ids)])
+        removed = await self.inner.adelete(config)
+        redis = self._redis
+        if redis is None:
+            return removed
+        if removed is None:  # nothing to delete: drop whatever this call's keys hold
+            owner = ids.user_id if ids.isolated else None
+            await redis.delete([k for k in await self._keys(ids.thread_id, owner) if k])
+            return None
+        fence = (removed.incarnation + 1, 0)  # nothing of the deleted life may land
+        keys = await self._keys(removed.thread_id, removed.user_id)
+        await redis.fence([(key, fence) for key in keys if key is not None])
         return removed
 
     # -- tool ledger: durable only, passed through -------------------------------
@@ -505,16 +495,23 @@ class CachedCheckpointer:
         return await self.inner.abegin_tool_execution(config, tool_call_id, tool_name, args)
 
     async def acomplete_tool_execution(
-        self, config: dict[str, Any], tool_call_id: str, result: Any
+        self, config: dict[str, Any], tool_call_id: str, result: Any, *, attempt: int | None = None
     ) -> ToolExecution:
         """Record a tool call's result; the first success wins."""
-        return await self.inner.acomplete_tool_execution(config, tool_call_id, result)
+        return await self.inner.acomplete_tool_execution(
+            config, tool_call_id, result, attempt=attempt
+        )
 
     async def afail_tool_execution(
-        self, config: dict[str, Any], tool_call_id: str, error: str | BaseException
+        self,
+        config: dict[str, Any],
+        tool_call_id: str,
+        error: str | BaseException,
+        *,
+        attempt: int | None = None,
     ) -> ToolExecution:
         """Record a tool call's failure."""
-        return await self.inner.afail_tool_execution(config, tool_call_id, error)
+        return await self.inner.afail_tool_execution(config, tool_call_id, error, attempt=attempt)
 
     async def aget_tool_execution(
         self, config: dict[str, Any], tool_call_id: str
@@ -533,11 +530,11 @@ class CachedCheckpointer:
         """Replay-safe tool call (see the repository)."""
         return await self.inner.arun_tool_once(config, tool_call_id, tool_name, args, fn)
 
-    # -- whole threads: passed through; an import invalidates the thread's entries -
-
     async def alist_tool_executions(self, config: dict[str, Any]) -> list[ToolExecution]:
         """Every tool call of the thread (see the repository)."""
         return await self.inner.alist_tool_executions(config)
+
+    # -- whole threads: passed through; an import fences the thread's entries ------
 
     async def aiter_threads(self, batch: int = 500) -> AsyncIterator[ThreadInfo]:
         """Every thread of every user, in ``thread_id`` order."""
@@ -551,18 +548,10 @@ class CachedCheckpointer:
     async def aimport_thread(
         self, export: ThreadExport, *, on_conflict: OnConflict = "fail"
     ) -> ImportOutcome:
-        """Write an exported thread back (see the repository), then drop its cache
-        entries of both isolation modes."""
+        """Write an exported thread back (see the repository); when that made a new
+        life of the thread, fence its cache entries of both modes."""
         outcome = await self.inner.aimport_thread(export, on_conflict=on_conflict)
-        thread = export.thread
-        await self._delete(
-            [
-                cache_key(self.key_prefix, thread.thread_id, None, False),
-                *(
-                    [cache_key(self.key_prefix, thread.thread_id, thread.user_id, True)]
-                    if thread.user_id is not None
-                    else []
-                ),
-            ]
-        )
+        if self._redis is not None and outcome in ("created", "replaced"):
+            keys = await self._keys(export.thread.thread_id, export.thread.user_id)
+            await self._redis.fence([(key, BLANKET) for key in keys if key is not None])
         return outcome

@@ -3,8 +3,14 @@
 A run config is a plain ``dict``. Keys are read at the top level first and then
 from ``config["configurable"]`` (LangGraph style); the version the run last read
 or wrote is stored as ``_checkpoint_version`` in the same mapping ``thread_id``
-came from. Everything here runs before any I/O, so bad input never reaches a
-database.
+came from, and beside it ``_checkpoint_incarnation``: which life of the thread that
+version belongs to (a thread deleted and written again, or replaced by an import,
+is a new life whose versions start again at 1). Everything here runs before any
+I/O, so bad input never reaches a database.
+
+Only an :class:`~tenxstore.AuthPolicy` instance — made by server code — decides
+whether isolation applies to a call. Configs often come from clients: a mapping or
+any other value under ``auth_policy`` is refused, never read as a policy.
 """
 
 from __future__ import annotations
@@ -14,18 +20,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError
+from .types import AuthPolicy
 from .validate import IdType, check_count, check_id
 
 __all__ = [
+    "INCARNATION_KEY",
     "VERSION_KEY",
     "RunIds",
     "isolation_applies",
     "read_config",
+    "record_read",
+    "recorded_incarnation",
     "recorded_version",
-    "set_recorded_version",
 ]
 
 VERSION_KEY = "_checkpoint_version"
+INCARNATION_KEY = "_checkpoint_incarnation"
 
 
 @dataclass(frozen=True)
@@ -54,17 +64,22 @@ def _check_config(config: object) -> Mapping[str, Any]:
 
 
 def isolation_applies(config: Mapping[str, Any], default: bool) -> bool:
-    """Whether user isolation applies to this call (``auth_policy`` wins)."""
+    """Whether user isolation applies to this call (an ``AuthPolicy`` decides).
+
+    Raises:
+        ConfigError: ``auth_policy`` holds something other than an ``AuthPolicy``.
+    """
     policy, _ = _lookup(config, "auth_policy")
     if policy is None:
         return default
-    if isinstance(policy, Mapping):
-        flag = policy.get("enforce_user_isolation")
-    else:
-        flag = getattr(policy, "enforce_user_isolation", None)
-    if not isinstance(flag, bool):
-        raise ConfigError("auth_policy must have a boolean enforce_user_isolation")
-    return flag
+    if not isinstance(policy, AuthPolicy):
+        raise ConfigError(
+            f"auth_policy must be an AuthPolicy made by server code, not "
+            f"{type(policy).__name__}: a config value never changes isolation"
+        )
+    if not isinstance(policy.enforce_user_isolation, bool):
+        raise ConfigError("AuthPolicy.enforce_user_isolation must be a bool")
+    return policy.enforce_user_isolation
 
 
 def read_config(
@@ -107,13 +122,25 @@ def read_config(
 def recorded_version(config: Mapping[str, Any]) -> int | None:
     """The version the run last read or wrote, or None when it never read."""
     value, _ = _lookup(config, VERSION_KEY)
-    if value is None:
-        return None
-    return check_count(VERSION_KEY, value)
+    return None if value is None else check_count(VERSION_KEY, value)
 
 
-def set_recorded_version(config: MutableMapping[str, Any], version: int) -> None:
-    """Record ``version`` where ``thread_id`` was found."""
+def recorded_incarnation(config: Mapping[str, Any]) -> int | None:
+    """Which life of the thread the recorded version belongs to (None: not known)."""
+    value, _ = _lookup(config, INCARNATION_KEY)
+    return None if value is None else check_count(INCARNATION_KEY, value)
+
+
+def record_read(config: MutableMapping[str, Any], version: int, incarnation: int | None) -> None:
+    """Record what the run read or wrote where ``thread_id`` was found.
+
+    ``incarnation`` None (no such thread, or a cache entry that does not say) removes a
+    recorded one, so a config reused for another read never carries a stale one.
+    """
     _, where = _lookup(config, "thread_id")
     target = where if isinstance(where, MutableMapping) else config
     target[VERSION_KEY] = version
+    if incarnation is None:
+        target.pop(INCARNATION_KEY, None)
+    else:
+        target[INCARNATION_KEY] = incarnation

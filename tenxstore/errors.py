@@ -13,12 +13,15 @@ from typing import Any
 __all__ = [
     "ConfigError",
     "ConnectionLost",
+    "DatabaseUnavailable",
     "ImportConflict",
     "LockTimeout",
+    "SchemaNotReady",
     "SerializationError",
     "StaleStateError",
     "TenxStoreError",
     "ThreadOwnershipError",
+    "ToolExecutionClaimLost",
     "ToolExecutionInProgress",
     "ToolExecutionMismatch",
     "ToolExecutionNotFound",
@@ -37,27 +40,60 @@ class StaleStateError(TenxStoreError):
         expected_version: The version the run recorded when it read the thread.
         actual_version: The thread's head version found under the row lock.
 
+        replaced: The thread was deleted (and written again) or replaced by an import
+            since the run read it: its versions are a new life's, whatever they are.
+
     For LangGraph checkpoints (:mod:`tenxstore.langgraph`) the two are checkpoint ids:
     the parent the writer started from, and the namespace's newest checkpoint.
     """
 
     def __init__(
-        self, thread_id: Any, expected_version: int | str, actual_version: int | str
+        self,
+        thread_id: Any,
+        expected_version: int | str,
+        actual_version: int | str,
+        replaced: bool = False,
     ) -> None:
-        super().__init__(
-            f"thread {thread_id!r} is at version {actual_version}, "
-            f"not {expected_version}: another run committed first; re-read and retry"
-        )
+        if replaced:
+            message = (
+                f"thread {thread_id!r} was deleted or replaced after this run read it at "
+                f"version {expected_version}; it is now another thread at version "
+                f"{actual_version}: re-read before writing"
+            )
+        else:
+            message = (
+                f"thread {thread_id!r} is at version {actual_version}, not "
+                f"{expected_version}: another run committed first; re-read and retry"
+            )
+        super().__init__(message)
         self.thread_id = thread_id
         self.expected_version = expected_version
         self.actual_version = actual_version
+        self.replaced = replaced
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.thread_id, self.expected_version, self.actual_version))
+        args = (self.thread_id, self.expected_version, self.actual_version, self.replaced)
+        return (type(self), args)
 
 
 class ConfigError(TenxStoreError, ValueError):
     """A run config, id or constructor argument is missing or invalid."""
+
+
+class SchemaNotReady(ConfigError):
+    """The database has no tenxstore schema, or an older one than this release needs.
+
+    Run ``await checkpointer.asetup()`` (or ``checkpointer.setup()``, or
+    ``tenxstore upgrade --url ...``) once before the first call.
+    """
+
+
+class DatabaseUnavailable(TenxStoreError, ConnectionError):
+    """The database could not be reached or refused the connection; nothing was written.
+
+    The message names host, port and database (never the password) and what failed:
+    refused, unknown host, authentication, no such database, timed out.
+    """
 
 
 class ThreadOwnershipError(TenxStoreError, PermissionError):
@@ -123,3 +159,32 @@ class ToolExecutionMismatch(TenxStoreError, ValueError):
 
 class ToolExecutionNotFound(TenxStoreError, LookupError):
     """Completing or failing a tool call that was never claimed."""
+
+
+class ToolExecutionClaimLost(TenxStoreError):
+    """An outcome arrived from a claim that is no longer the call's live claim.
+
+    The worker's lease expired and another worker took the call over (or the call
+    was claimed again after a failure). The outcome changed nothing; a late success
+    is still recorded when no success exists and no live claim would be overwritten.
+
+    Attributes:
+        thread_id: The thread.
+        tool_call_id: The call.
+        attempt: The claim the outcome came from.
+        current_attempt: The call's claim now.
+    """
+
+    def __init__(self, thread_id: Any, tool_call_id: str, attempt: int, current_attempt: int):
+        super().__init__(
+            f"tool call {tool_call_id!r} of thread {thread_id!r}: attempt {attempt} lost its "
+            f"claim (the call is at attempt {current_attempt}); its outcome was not recorded"
+        )
+        self.thread_id = thread_id
+        self.tool_call_id = tool_call_id
+        self.attempt = attempt
+        self.current_attempt = current_attempt
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args = (self.thread_id, self.tool_call_id, self.attempt, self.current_attempt)
+        return (type(self), args)

@@ -43,10 +43,9 @@ from .errors import ConfigError
 from .protocol import Checkpointer
 from .serde import decode, encode
 from .types import AuthPolicy
+from .validate import check_id
 
 __all__ = ["TenxCheckpointSaver"]
-
-_OPERATOR = AuthPolicy(enforce_user_isolation=False)
 
 
 def _configurable(config: RunnableConfig | None) -> dict[str, Any]:
@@ -56,12 +55,23 @@ def _configurable(config: RunnableConfig | None) -> dict[str, Any]:
 class TenxCheckpointSaver(BaseCheckpointSaver[str]):
     """LangGraph's ``BaseCheckpointSaver`` on tenxstore.
 
+    LangGraph passes ``adelete_thread``, ``acopy_thread`` and ``aprune`` no config,
+    so there is no user to check. Under user isolation those act only with an
+    authority the saver was given — bound to one user (``user_id=``, or
+    :meth:`for_user`), or an operator ``AuthPolicy`` (``auth_policy=``) — and are
+    refused with ``ConfigError`` otherwise: they never act on anyone's thread.
+
     Args:
         checkpointer: Any tenxstore checkpointer. Its user isolation applies: with
             ``enforce_user_isolation`` on, put ``user_id`` into the run's
-            ``configurable``.
+            ``configurable`` (or bind the saver to the user).
         serde: LangGraph serializer (default: LangGraph's ``JsonPlusSerializer``).
         history_limit: Checkpoints kept per thread and namespace (None: all).
+        user_id: Act for this user: configs without a ``user_id`` get it, a config
+            naming another user is refused, and the config-less calls are scoped to it.
+        auth_policy: An ``AuthPolicy`` made by server code that applies to every call
+            without one of its own (``AuthPolicy(enforce_user_isolation=False)``: an
+            operator's saver, which may delete, copy and prune any thread).
     """
 
     def __init__(
@@ -70,8 +80,18 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         *,
         serde: SerializerProtocol | None = None,
         history_limit: int | None = None,
+        user_id: Any = None,
+        auth_policy: AuthPolicy | None = None,
     ) -> None:
         super().__init__(serde=serde)
+        if auth_policy is not None and not isinstance(auth_policy, AuthPolicy):
+            raise ConfigError(
+                f"auth_policy must be an AuthPolicy, not {type(auth_policy).__name__}"
+            )
+        if user_id is not None:
+            user_id = check_id("user_id", user_id, checkpointer.user_id_type)
+        self.user_id = user_id
+        self.auth_policy = auth_policy
         if history_limit is not None and (
             isinstance(history_limit, bool)
             or not isinstance(history_limit, int)
@@ -83,6 +103,49 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         self.checkpointer = checkpointer
         self.history_limit = history_limit
         self._tables = checkpointer.langgraph
+
+    def for_user(self, user_id: Any) -> TenxCheckpointSaver:
+        """This saver, acting for one user (the server's authenticated user)."""
+        return TenxCheckpointSaver(
+            self.checkpointer,
+            serde=self.serde,
+            history_limit=self.history_limit,
+            user_id=user_id,
+            auth_policy=self.auth_policy,
+        )
+
+    def _scoped(self, config: RunnableConfig | None) -> dict[str, Any]:
+        """The run config tenxstore reads: LangGraph's ``configurable`` with the saver's
+        user and policy filled in where it has none of its own."""
+        conf = _configurable(config)
+        if self.user_id is not None:
+            given = conf.get("user_id")
+            if given is None:
+                conf["user_id"] = self.user_id
+            elif given != self.user_id:
+                raise ConfigError(
+                    f"this saver acts for user {self.user_id!r}; the config names {given!r}"
+                )
+        if self.auth_policy is not None and conf.get("auth_policy") is None:
+            conf["auth_policy"] = self.auth_policy
+        return {"configurable": conf}
+
+    def _authority(self, thread_id: Any, what: str) -> dict[str, Any]:
+        """The config of a call LangGraph makes without one, from the saver's authority.
+
+        Raises:
+            ConfigError: Isolation applies and the saver has no user and no policy.
+        """
+        config = self._scoped({"configurable": {"thread_id": thread_id}})
+        conf = config["configurable"]
+        unbound = conf.get("user_id") is None and conf.get("auth_policy") is None
+        if unbound and self.checkpointer.enforce_user_isolation:
+            raise ConfigError(
+                f"{what} names a thread but no user, and user isolation applies: bind "
+                "the saver to the user (saver.for_user(user_id)), or give an operator's "
+                "saver auth_policy=AuthPolicy(enforce_user_isolation=False)"
+            )
+        return config
 
     # -- versions ----------------------------------------------------------------
 
@@ -111,13 +174,14 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             StaleStateError: Another writer already committed a checkpoint after the
                 parent this one was built on.
         """
-        conf = _configurable(config)
+        scoped = self._scoped(config)
+        conf = scoped["configurable"]
         ns = conf.get("checkpoint_ns", "")
         parent = conf.get("checkpoint_id")
         typed = self.serde.dumps_typed(dict(checkpoint))
         meta = encode(get_checkpoint_metadata(config, metadata), "metadata")
         await self._tables.put(
-            {"configurable": conf}, ns, checkpoint["id"], parent, typed, meta, self.history_limit
+            scoped, ns, checkpoint["id"], parent, typed, meta, self.history_limit
         )
         return {
             "configurable": {
@@ -136,7 +200,8 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Store the writes a task made against the checkpoint in ``config``."""
-        conf = _configurable(config)
+        scoped = self._scoped(config)
+        conf = scoped["configurable"]
         rows = []
         for index, (channel, value) in enumerate(writes):
             type_, blob = self.serde.dumps_typed(value)
@@ -151,23 +216,34 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
                 }
             )
         await self._tables.put_writes(
-            {"configurable": conf}, conf.get("checkpoint_ns", ""), conf["checkpoint_id"], rows
+            scoped, conf.get("checkpoint_ns", ""), conf["checkpoint_id"], rows
         )
 
     async def adelete_thread(self, thread_id: str) -> None:
-        """Delete every checkpoint and write of a thread (and the tenxstore thread)."""
-        await self.checkpointer.aclean_thread({"thread_id": thread_id, "auth_policy": _OPERATOR})
+        """Delete every checkpoint and write of a thread (and the tenxstore thread).
+
+        Raises:
+            ConfigError: Isolation applies and the saver has no authority (see class).
+            ThreadOwnershipError: The saver's user does not own the thread.
+        """
+        config = self._authority(thread_id, "adelete_thread")
+        await self.checkpointer.aclean_thread(config["configurable"])
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Keep only the newest checkpoint per namespace (``"keep_latest"``), or delete
-        every checkpoint (``"delete"``), of each thread."""
+        every checkpoint (``"delete"``), of each thread (with the saver's authority)."""
         if strategy not in ("keep_latest", "delete"):
             raise ConfigError(f"strategy must be keep_latest or delete, not {strategy!r}")
-        await self._tables.prune(thread_ids, keep_latest=strategy == "keep_latest")
+        configs = [self._authority(t, "aprune") for t in thread_ids]
+        await self._tables.prune(configs, keep_latest=strategy == "keep_latest")
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy every checkpoint and write of a thread to another thread id."""
-        await self._tables.copy(source_thread_id, target_thread_id)
+        """Copy every checkpoint and write of a thread to another thread id (with the
+        saver's authority: a bound user copies its own threads into its own)."""
+        await self._tables.copy(
+            self._authority(source_thread_id, "acopy_thread"),
+            self._authority(target_thread_id, "acopy_thread"),
+        )
 
     # -- reads -------------------------------------------------------------------
 
@@ -201,9 +277,10 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint named in ``config``, or the namespace's newest."""
-        conf = _configurable(config)
+        scoped = self._scoped(config)
+        conf = scoped["configurable"]
         rows = await self._tables.rows(
-            {"configurable": conf},
+            scoped,
             conf.get("checkpoint_ns", ""),
             get_checkpoint_id(config),
             None,
@@ -220,12 +297,10 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """Checkpoints newest first, by thread, namespace, metadata and ``before``."""
-        conf = _configurable(config)
-        scope = {"configurable": conf} if conf.get("thread_id") is not None else None
-        if scope is None and self.checkpointer.enforce_user_isolation:
-            raise ConfigError("listing every thread's checkpoints needs user isolation off")
+        scoped = self._scoped(config)
+        conf = scoped["configurable"]
         rows = await self._tables.rows(
-            scope,
+            scoped,
             conf.get("checkpoint_ns"),
             conf.get("checkpoint_id"),
             get_checkpoint_id(before) if before else None,

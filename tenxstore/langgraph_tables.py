@@ -15,7 +15,6 @@ from sqlalchemy import and_, delete, func, insert, select
 from .config import RunIds
 from .errors import StaleStateError
 from .store import Store
-from .validate import check_id
 
 __all__ = ["LangGraphTables"]
 
@@ -124,31 +123,41 @@ class LangGraphTables:
 
     async def rows(
         self,
-        config: dict[str, Any] | None,
+        config: dict[str, Any],
         ns: str | None,
         checkpoint_id: str | None,
         before: str | None,
         limit: int | None,
     ) -> list[tuple[Any, list[Any]]]:
-        """Checkpoints newest first (with their writes), narrowed as asked."""
-        c, w = self._store.tables.lg_checkpoints, self._store.tables.lg_writes
+        """Checkpoints newest first (with their writes), narrowed as asked.
+
+        A config without a thread lists every thread the caller may see: the user's
+        while isolation applies, every thread otherwise.
+        """
+        store = self._store
+        c, w = store.tables.lg_checkpoints, store.tables.lg_writes
+        ids = store.ids(config, need_thread=False)
+        one_thread = ids.thread_id is not None
         stmt = select(*c.c)
-        if config is not None:
-            ids = self._store.ids(config)
-            stmt = stmt.where(c.c.thread_id == self._store.visible_thread(ids))
+        if one_thread:
+            stmt = stmt.where(c.c.thread_id == store.visible_thread(ids))
+        elif ids.isolated:
+            t = store.tables.threads
+            owned = select(t.c.thread_id).where(t.c.user_id == ids.user_id)
+            stmt = stmt.where(c.c.thread_id.in_(owned))
         if ns is not None:
             stmt = stmt.where(c.c.checkpoint_ns == ns)
         if checkpoint_id is not None:
             stmt = stmt.where(c.c.checkpoint_id == checkpoint_id)
         if before is not None:
             stmt = stmt.where(c.c.checkpoint_id < before)
-        if config is not None:  # one thread: newest first across its namespaces
+        if one_thread:  # newest first across its namespaces
             stmt = stmt.order_by(c.c.checkpoint_id.desc(), c.c.checkpoint_ns)
         else:
             stmt = stmt.order_by(c.c.thread_id, c.c.checkpoint_ns, c.c.checkpoint_id.desc())
         if limit is not None:
             stmt = stmt.limit(limit)
-        async with self._store.snapshot() as conn:
+        async with store.snapshot() as conn:
             rows = (await conn.execute(stmt)).all()
             writes: dict[tuple[Any, str, str], list[Any]] = {
                 (r.thread_id, r.checkpoint_ns, r.checkpoint_id): [] for r in rows
@@ -180,14 +189,17 @@ class LangGraphTables:
             (row, writes[(row.thread_id, row.checkpoint_ns, row.checkpoint_id)]) for row in rows
         ]
 
-    async def prune(self, thread_ids: Iterable[Any], keep_latest: bool) -> None:
-        """Keep only each namespace's newest checkpoint (with its writes), or nothing."""
-        c, w = self._store.tables.lg_checkpoints, self._store.tables.lg_writes
-        for raw_id in thread_ids:
-            thread_id = check_id("thread_id", raw_id, self._store.settings.id_type)
-            async with self._store.write(thread_id) as (conn, locked):
+    async def prune(self, configs: Iterable[dict[str, Any]], keep_latest: bool) -> None:
+        """Keep only each namespace's newest checkpoint (with its writes), or nothing, of
+        each config's thread (another user's thread: ThreadOwnershipError)."""
+        store = self._store
+        c, w = store.tables.lg_checkpoints, store.tables.lg_writes
+        for ids in [store.ids(config) for config in configs]:  # all checked before any I/O
+            thread_id = ids.thread_id
+            async with store.write(thread_id) as (conn, locked):
                 if locked is None:
                     continue
+                store.check_owner(ids, locked)
                 if not keep_latest:
                     await conn.execute(delete(w).where(w.c.thread_id == thread_id))
                     await conn.execute(delete(c).where(c.c.thread_id == thread_id))
@@ -211,34 +223,35 @@ class LangGraphTables:
                             )
                         )
 
-    async def copy(self, source: Any, target: Any) -> None:
-        """Copy a thread's checkpoints and writes to another thread (owned alike)."""
-        c, w = self._store.tables.lg_checkpoints, self._store.tables.lg_writes
-        source = check_id("thread_id", source, self._store.settings.id_type)
-        target = check_id("thread_id", target, self._store.settings.id_type)
-        async with self._store.snapshot() as conn:
-            owner = (
-                await conn.execute(
-                    select(self._store.tables.threads.c.user_id).where(
-                        self._store.tables.threads.c.thread_id == source
-                    )
-                )
-            ).first()
+    async def copy(self, source: dict[str, Any], target: dict[str, Any]) -> None:
+        """Copy the checkpoints and writes of the source config's thread to the target's.
+
+        The source is read as the caller may see it (another user's thread is absent:
+        nothing is copied). The target is created for the caller (or, for an operator,
+        for the source's owner); another user's target is a ThreadOwnershipError.
+        """
+        store = self._store
+        c, w = store.tables.lg_checkpoints, store.tables.lg_writes
+        src, dst = store.ids(source), store.ids(target)
+        t = store.tables.threads
+        async with store.snapshot() as conn:
+            owner = (await conn.execute(select(t.c.user_id).where(store.owned(src)))).first()
             checkpoints = [
                 dict(r._mapping)
-                for r in await conn.execute(select(*c.c).where(c.c.thread_id == source))
+                for r in await conn.execute(select(*c.c).where(c.c.thread_id == src.thread_id))
             ]
             writes = [
                 dict(r._mapping)
-                for r in await conn.execute(select(*w.c).where(w.c.thread_id == source))
+                for r in await conn.execute(select(*w.c).where(w.c.thread_id == src.thread_id))
             ]
         if owner is None or not checkpoints:
             return
-        ids = RunIds(thread_id=target, user_id=owner.user_id, isolated=False)
-        async with self._store.write(target) as (conn, locked):
-            await self._store.claim_thread(conn, ids, locked, self._store.now())
-            await conn.execute(delete(w).where(w.c.thread_id == target))
-            await conn.execute(delete(c).where(c.c.thread_id == target))
-            await conn.execute(insert(c), [{**r, "thread_id": target} for r in checkpoints])
+        user = dst.user_id if dst.isolated else owner.user_id
+        ids = RunIds(thread_id=dst.thread_id, user_id=user, isolated=dst.isolated)
+        async with store.write(dst.thread_id) as (conn, locked):
+            await store.claim_thread(conn, ids, locked, store.now())
+            await conn.execute(delete(w).where(w.c.thread_id == dst.thread_id))
+            await conn.execute(delete(c).where(c.c.thread_id == dst.thread_id))
+            await conn.execute(insert(c), [{**r, "thread_id": dst.thread_id} for r in checkpoints])
             if writes:
-                await conn.execute(insert(w), [{**r, "thread_id": target} for r in writes])
+                await conn.execute(insert(w), [{**r, "thread_id": dst.thread_id} for r in writes])

@@ -4,13 +4,22 @@ Every ledger change runs under the thread's row lock (PostgreSQL: ``FOR UPDATE``
 the threads row; SQLite: ``BEGIN IMMEDIATE``), the same lock that serializes state
 writes, so "read the call's row, decide, write it" is atomic on every database
 without relying on upsert semantics that differ between them.
+
+A claim is identified by its attempt number (``ToolExecution.attempts``): outcomes
+name the claim they come from, and an outcome from a claim that is no longer the
+live one changes nothing (:class:`~tenxstore.ToolExecutionClaimLost`). Leases are
+measured on the database's clock, so clock skew between workers cannot make two
+claims live at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
-from collections.abc import Callable
-from typing import Any
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any, TypeVar
 
 from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Row
@@ -20,6 +29,8 @@ from .config import RunIds
 from .errors import (
     ConfigError,
     SerializationError,
+    TenxStoreError,
+    ToolExecutionClaimLost,
     ToolExecutionInProgress,
     ToolExecutionMismatch,
     ToolExecutionNotFound,
@@ -27,10 +38,37 @@ from .errors import (
 from .serde import decode, encode
 from .statements import tool_execution, utc
 from .store import Store
-from .types import ToolExecution
-from .validate import check_id
+from .types import ToolExecution, ToolStatus
+from .validate import check_count, check_id
 
 __all__ = ["ToolLedger"]
+
+log = logging.getLogger("tenxstore.ledger")
+T = TypeVar("T")
+UNSTORABLE = "the tool returned a value that cannot be stored"
+
+
+async def _to_the_end(work: Awaitable[T]) -> tuple[T, bool]:
+    """Run ``work`` to its end even if the caller is cancelled meanwhile.
+
+    Returns its result and whether a cancellation arrived; the caller then re-raises
+    it. Used where stopping half-way would lose what already happened (a claim taken,
+    a tool body that has run).
+    """
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while True:
+        try:
+            return await asyncio.shield(task), cancelled
+        except asyncio.CancelledError:
+            if task.done():  # the work itself was cancelled (a loop shutting down)
+                raise
+            cancelled = True
+
+
+def _live(row: Any, clock: datetime) -> bool:
+    lease = utc(row.lease_expires_at)
+    return bool(row.status == "started" and lease is not None and lease > clock)
 
 
 class ToolLedger:
@@ -51,12 +89,15 @@ class ToolLedger:
 
         Of many workers racing on one call exactly one gets ``status="started"``. A call
         that already succeeded returns its stored record (do not run it again). A failed
-        call, or a claim whose lease expired, is claimed again with ``attempts`` + 1.
-        A claim on a thread that does not exist creates it for the caller.
+        call, or a claim whose lease expired (on the database's clock), is claimed again
+        with ``attempts`` + 1: the returned ``attempts`` names this claim; pass it as
+        ``attempt=`` when completing or failing the call. A claim on a thread that does
+        not exist creates it for the caller.
 
         Raises:
             ToolExecutionInProgress: Another worker holds a live claim.
-            ToolExecutionMismatch: The id was used for another tool name or arguments.
+            ToolExecutionMismatch: The id was used for another tool name or arguments
+                (compared as canonical JSON: ``1``, ``1.0`` and ``True`` differ).
             ThreadOwnershipError: Another user owns the thread.
         """
         store = self._store
@@ -64,17 +105,18 @@ class ToolLedger:
         call_id = check_id("tool_call_id", tool_call_id)
         tool_name = check_id("tool_name", tool_name)
         args_text = store.encode_object(args, "args")
-        now = store.now()
+        canonical = encode(args, "args", sort_keys=True)
         x = store.tables.tool_executions
         async with store.write(ids.thread_id) as (conn, locked):
-            await store.claim_thread(conn, ids, locked, now)
+            await store.claim_thread(conn, ids, locked, store.now())
+            clock = await store.backend.clock(conn)
             row = await self._call_row(conn, ids, call_id)
             claim = {
                 "status": "started",
                 "result": None,
                 "error": None,
-                "lease_expires_at": now + store.settings.tool_lease,
-                "started_at": now,
+                "lease_expires_at": clock + store.settings.tool_lease,
+                "started_at": clock,
                 "finished_at": None,
             }
             if row is None:
@@ -90,17 +132,16 @@ class ToolLedger:
                 )
                 row = await self._call_row(conn, ids, call_id)
                 return tool_execution(ids.thread_id, row)
-            if row.tool_name != tool_name or decode(row.args) != decode(args_text):
+            stored = decode(row.args)
+            if row.tool_name != tool_name or encode(stored, sort_keys=True) != canonical:
                 raise ToolExecutionMismatch(
                     f"tool call {call_id!r} of thread {ids.thread_id!r} was made as "
-                    f"{row.tool_name!r} with {decode(row.args)!r}, "
-                    f"not {tool_name!r} with {decode(args_text)!r}"
+                    f"{row.tool_name!r} with {stored!r}, not {tool_name!r} with {args!r}"
                 )
             if row.status == "succeeded":
                 return tool_execution(ids.thread_id, row)
-            lease = utc(row.lease_expires_at)
-            if row.status == "started" and lease is not None and lease > now:
-                raise ToolExecutionInProgress(ids.thread_id, call_id, lease)
+            if _live(row, clock):
+                raise ToolExecutionInProgress(ids.thread_id, call_id, utc(row.lease_expires_at))
             row = (
                 await conn.execute(
                     update(x)
@@ -112,26 +153,45 @@ class ToolLedger:
         return tool_execution(ids.thread_id, row)
 
     async def acomplete_tool_execution(
-        self, config: dict[str, Any], tool_call_id: str, result: Any
+        self, config: dict[str, Any], tool_call_id: str, result: Any, *, attempt: int | None = None
     ) -> ToolExecution:
         """Record a tool call's result; the first success wins.
 
+        Args:
+            attempt: The claim this result comes from (``ToolExecution.attempts`` of
+                the claim). A result from a claim that lost its lease is still recorded
+                when no success exists and no other claim is live; otherwise it is
+                refused. Without it the result applies to whichever claim is current.
+
         Raises:
             ToolExecutionNotFound: The call was never claimed.
+            ToolExecutionClaimLost: ``attempt`` is not the live claim, and another is.
             SerializationError: ``result`` is not JSON; nothing was written.
         """
         ids = self._store.ids(config)
         call_id = check_id("tool_call_id", tool_call_id)
         result_text = encode(result, "result")
-        return await self._finish(ids, call_id, "succeeded", result=result_text, error=None)
+        token = None if attempt is None else check_count("attempt", attempt)
+        return await self._finish(ids, call_id, "succeeded", result_text, None, token)
 
     async def afail_tool_execution(
-        self, config: dict[str, Any], tool_call_id: str, error: str | BaseException
+        self,
+        config: dict[str, Any],
+        tool_call_id: str,
+        error: str | BaseException,
+        *,
+        attempt: int | None = None,
     ) -> ToolExecution:
-        """Record a tool call's failure (a succeeded call keeps its success).
+        """Record a tool call's failure, which frees the call for the next claim (a
+        succeeded call keeps its success).
+
+        Args:
+            attempt: The claim that failed. A failure from a claim that is no longer
+                the current one changes nothing.
 
         Raises:
             ToolExecutionNotFound: The call was never claimed.
+            ToolExecutionClaimLost: ``attempt`` is not the current claim.
         """
         ids = self._store.ids(config)
         call_id = check_id("tool_call_id", tool_call_id)
@@ -139,11 +199,19 @@ class ToolLedger:
             error = f"{type(error).__name__}: {error}"
         if not isinstance(error, str):
             raise ConfigError(f"error must be a str or an exception, not {type(error).__name__}")
-        return await self._finish(ids, call_id, "failed", result=None, error=encode(error))
+        token = None if attempt is None else check_count("attempt", attempt)
+        return await self._finish(ids, call_id, "failed", None, encode(error, "error"), token)
 
     async def _finish(
-        self, ids: RunIds, call_id: str, status: str, *, result: str | None, error: str | None
+        self,
+        ids: RunIds,
+        call_id: str,
+        status: ToolStatus,
+        result: str | None,
+        error: str | None,
+        attempt: int | None,
     ) -> ToolExecution:
+        """Record an outcome under the thread's lock, if its claim may still record one."""
         store = self._store
         x = store.tables.tool_executions
         async with store.write(ids.thread_id) as (conn, locked):
@@ -155,21 +223,28 @@ class ToolLedger:
                 raise ToolExecutionNotFound(
                     f"tool call {call_id!r} of thread {ids.thread_id!r} was never claimed"
                 )
-            if row.status != "succeeded":
-                row = (
-                    await conn.execute(
-                        update(x)
-                        .where(x.c.thread_id == ids.thread_id, x.c.tool_call_id == call_id)
-                        .values(
-                            status=status,
-                            result=result,
-                            error=error,
-                            lease_expires_at=None,
-                            finished_at=store.now(),
-                        )
-                        .returning(*x.c)
+            if row.status == "succeeded":
+                return tool_execution(ids.thread_id, row)  # the first success wins
+            clock = await store.backend.clock(conn)
+            # A late outcome (its claim's lease expired and the call was claimed again):
+            # only a success may still land, and never over a live claim.
+            late = attempt is not None and attempt != row.attempts
+            if attempt is not None and late and (status != "succeeded" or _live(row, clock)):
+                raise ToolExecutionClaimLost(ids.thread_id, call_id, attempt, row.attempts)
+            row = (
+                await conn.execute(
+                    update(x)
+                    .where(x.c.thread_id == ids.thread_id, x.c.tool_call_id == call_id)
+                    .values(
+                        status=status,
+                        result=result,
+                        error=error,
+                        lease_expires_at=None,
+                        finished_at=clock,
                     )
-                ).one()
+                    .returning(*x.c)
+                )
+            ).one()
         return tool_execution(ids.thread_id, row)
 
     async def aget_tool_execution(
@@ -207,25 +282,70 @@ class ToolLedger:
         args: dict[str, Any],
         fn: Callable[..., Any],
     ) -> Any:
-        """Run ``fn(**args)`` at most once per live claim; replay the stored result after.
+        """Claim, run ``fn(**args)``, record; replay the recorded outcome afterwards.
 
         See :meth:`tenxstore.CheckpointRepository.arun_tool_once`.
         """
         if not callable(fn):
             raise TypeError(f"fn must be callable, not {type(fn).__name__}")
-        record = await self.abegin_tool_execution(config, tool_call_id, tool_name, args)
+        ids = self._store.ids(config)
+        call_id = check_id("tool_call_id", tool_call_id)
+        claiming = self.abegin_tool_execution(config, tool_call_id, tool_name, args)
+        record, cancelled = await _to_the_end(claiming)
         if record.status == "succeeded":
+            if record.result is None and record.error is not None:
+                raise SerializationError(f"tool call {call_id!r} ran, but {record.error}")
+            if cancelled:
+                raise asyncio.CancelledError
             return record.result
+        attempt = record.attempts
+        if cancelled:  # cancelled while claiming: give the claim back at once
+            await self._record(ids, call_id, "failed", None, "cancelled before it ran", attempt)
+            raise asyncio.CancelledError
         try:
             outcome = fn(**args)
             if inspect.isawaitable(outcome):
                 outcome = await outcome
+        except asyncio.CancelledError:
+            await self._record(ids, call_id, "failed", None, "cancelled while it ran", attempt)
+            raise
         except Exception as exc:
-            await self.afail_tool_execution(config, tool_call_id, exc)
+            why = f"{type(exc).__name__}: {exc}"
+            if await self._record(ids, call_id, "failed", None, why, attempt):
+                raise asyncio.CancelledError from exc
             raise
+        # The body has run: from here its outcome is recorded even if we are cancelled.
         try:
-            done = await self.acomplete_tool_execution(config, tool_call_id, outcome)
+            text = encode(outcome, "result")
         except SerializationError as exc:
-            await self.afail_tool_execution(config, tool_call_id, f"unserializable result: {exc}")
-            raise
+            why = f"{UNSTORABLE}: {exc}"
+            if await self._record(ids, call_id, "succeeded", None, why, attempt):
+                raise asyncio.CancelledError from exc
+            raise SerializationError(f"tool call {call_id!r} ran, but {why}") from exc
+        done, cancelled = await _to_the_end(
+            self._finish(ids, call_id, "succeeded", text, None, attempt)
+        )
+        if cancelled:
+            raise asyncio.CancelledError
         return done.result
+
+    async def _record(
+        self,
+        ids: RunIds,
+        call_id: str,
+        status: ToolStatus,
+        result: str | None,
+        error: str,
+        attempt: int,
+    ) -> bool:
+        """Record an outcome of :meth:`arun_tool_once` to the end, whatever happens to
+        the caller; whether a cancellation arrived meanwhile. A failure to record is
+        logged, and the caller's own error goes on."""
+        try:
+            _, cancelled = await _to_the_end(
+                self._finish(ids, call_id, status, result, encode(error), attempt)
+            )
+        except TenxStoreError as exc:
+            log.warning("tool call %r: could not record %s: %s", call_id, status, exc)
+            return False
+        return cancelled

@@ -1,4 +1,5 @@
-"""Running the Alembic migrations programmatically, from a checkout or a wheel.
+"""Running the Alembic migrations programmatically, from a checkout or a wheel, and
+checking that a database is at the revision this release needs.
 
 The wheel ships the repository's ``alembic/`` directory as ``tenxstore/_alembic``
 (hatchling ``force-include``); a checkout uses ``alembic/`` beside the package.
@@ -6,24 +7,29 @@ The wheel ships the repository's ``alembic/`` directory as ``tenxstore/_alembic`
 
 from __future__ import annotations
 
+import functools
+import logging
 from pathlib import Path
 from typing import Any
 
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import inspect
+from alembic.util import CommandError
+from sqlalchemy import inspect, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from alembic import command
 
 from .backends import Backend
-from .errors import ConfigError
+from .errors import ConfigError, SchemaNotReady
+from .models import tables_for
 from .validate import IdType
 
 __all__ = [
     "alembic_config",
+    "check_schema",
     "current_revision",
     "head_revision",
     "script_location",
@@ -31,7 +37,9 @@ __all__ = [
     "upgrade_connection",
 ]
 
+log = logging.getLogger("tenxstore.migrate")
 _PACKAGE = Path(__file__).resolve().parent
+_FIX = "run `await checkpointer.asetup()` (or `checkpointer.setup()`, or `tenxstore upgrade`) once"
 
 
 def script_location() -> Path:
@@ -50,6 +58,17 @@ def alembic_config(**attributes: Any) -> Config:
     return config
 
 
+@functools.cache
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def head_revision() -> str | None:
+    """The newest revision this installation ships."""
+    head: str | None = _scripts().get_current_head()
+    return head
+
+
 def _id_kind(column_type: Any) -> IdType:
     name = type(column_type).__name__.upper()
     if "BIGINT" in name:
@@ -59,16 +78,56 @@ def _id_kind(column_type: Any) -> IdType:
     return "string"
 
 
+def _read_schema(connection: Connection, schema: str | None) -> tuple[str | None, str | None]:
+    """(revision, store id) of the database; (None, None) when it was never migrated."""
+    inspector = inspect(connection)
+    if not inspector.has_table("alembic_version", schema):
+        return None, None
+    context = MigrationContext.configure(connection, opts={"version_table_schema": schema})
+    revision = context.get_current_revision()
+    store_id = None
+    if inspector.has_table("tenxstore_store", schema):
+        store = tables_for(schema=schema).store
+        store_id = connection.execute(select(store.c.store_id)).scalar()
+    return revision, store_id
+
+
+def check_schema(revision: str | None, store_id: str | None, where: str) -> str:
+    """The store id of a database at head; otherwise a SchemaNotReady that says why.
+
+    Raises:
+        SchemaNotReady: Never migrated, behind head, or migrated by a newer release.
+    """
+    head = head_revision()
+    if revision is None:
+        raise SchemaNotReady(f"{where} has no tenxstore schema: {_FIX}")
+    if revision != head:
+        try:
+            known = _scripts().get_revision(revision) is not None
+        except CommandError:
+            known = False
+        if not known:
+            raise SchemaNotReady(
+                f"{where} is at revision {revision}, which this release does not know "
+                f"(its newest is {head}): a newer tenxstore migrated it; upgrade tenxstore"
+            )
+        raise SchemaNotReady(f"{where} is at revision {revision}, behind {head}: {_FIX}")
+    if store_id is None:  # pragma: no cover - revision 0003 writes it
+        raise SchemaNotReady(f"{where} has no store identity row: {_FIX}")
+    return store_id
+
+
 def _upgrade_sync(
     connection: Connection,
     schema: str | None,
     id_type: IdType,
     user_id_type: IdType,
     revision: str,
-) -> None:
+) -> str | None:
     config = alembic_config(
         connection=connection, schema=schema, id_type=id_type, user_id_type=user_id_type
     )
+    before, _ = _read_schema(connection, schema)
     command.upgrade(config, revision)
     columns = {c["name"]: c["type"] for c in inspect(connection).get_columns("threads", schema)}
     found = (_id_kind(columns["thread_id"]), _id_kind(columns["user_id"]))
@@ -77,6 +136,10 @@ def _upgrade_sync(
             f"the schema was created with id_type={found[0]!r}, user_id_type={found[1]!r}; "
             f"this checkpointer asks for id_type={id_type!r}, user_id_type={user_id_type!r}"
         )
+    after, store_id = _read_schema(connection, schema)
+    if after != before:
+        log.info("migrated %s from %s to %s", schema or "the database", before, after)
+    return store_id
 
 
 async def upgrade(
@@ -86,17 +149,20 @@ async def upgrade(
     id_type: IdType = "string",
     user_id_type: IdType = "string",
     revision: str = "head",
-) -> None:
+) -> str | None:
     """Migrate the database behind ``backend`` to ``revision`` in one locked transaction.
 
     Concurrent callers are serialized: on PostgreSQL by a transaction-scoped advisory
     lock taken in ``env.py``, on SQLite by ``BEGIN IMMEDIATE``.
 
+    Returns:
+        The store id (None below the revision that creates it).
+
     Raises:
         ConfigError: The schema exists with other id column types.
     """
     async with backend.migration_connection() as connection:
-        await connection.run_sync(_upgrade_sync, schema, id_type, user_id_type, revision)
+        return await connection.run_sync(_upgrade_sync, schema, id_type, user_id_type, revision)
 
 
 async def upgrade_connection(
@@ -105,25 +171,21 @@ async def upgrade_connection(
     schema: str | None = None,
     id_type: IdType = "string",
     user_id_type: IdType = "string",
-) -> None:
-    """Migrate to head on ``connection``, in a transaction of its own."""
+) -> str | None:
+    """Migrate to head on ``connection``, in a transaction of its own; the store id."""
     async with connection.begin():
-        await connection.run_sync(_upgrade_sync, schema, id_type, user_id_type, "head")
+        return await connection.run_sync(_upgrade_sync, schema, id_type, user_id_type, "head")
 
 
-def head_revision() -> str | None:
-    """The newest revision this installation ships."""
-    head: str | None = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    return head
+async def read_schema(
+    connection: AsyncConnection, schema: str | None = None
+) -> tuple[str | None, str | None]:
+    """(revision, store id) of the database behind ``connection``."""
+    return await connection.run_sync(_read_schema, schema)
 
 
 async def current_revision(engine: AsyncEngine, schema: str | None = None) -> str | None:
     """The revision the database behind ``engine`` is at (None: never migrated)."""
-
-    def read(connection: Connection) -> str | None:
-        context = MigrationContext.configure(connection, opts={"version_table_schema": schema})
-        revision: str | None = context.get_current_revision()
-        return revision
-
     async with engine.connect() as connection:
-        return await connection.run_sync(read)
+        revision, _ = await read_schema(connection, schema)
+        return revision

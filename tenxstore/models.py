@@ -43,6 +43,7 @@ __all__ = [
     "Base",
     "MessageRow",
     "StateRow",
+    "StoreRow",
     "Tables",
     "ThreadRow",
     "ToolExecutionRow",
@@ -95,6 +96,9 @@ class ThreadRow(Base):
     version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    # Which life of this thread id: larger for every new one (created again after a
+    # delete, or replaced by an import). Assigned by the database (migration 0003).
+    incarnation: Mapped[int] = mapped_column(BigInteger)
 
     __table_args__ = (Index("ix_threads_user_id_updated_at", "user_id", "updated_at"),)
 
@@ -188,6 +192,16 @@ class LangGraphWriteRow(Base):
     task_path: Mapped[str]
 
 
+class StoreRow(Base):
+    """The store's one row: its identity, and SQLite's incarnation counter."""
+
+    __tablename__ = "tenxstore_store"
+
+    store_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    last_incarnation: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    created_at: Mapped[datetime]
+
+
 class Tables(NamedTuple):
     """The tables, with the column types of one id configuration."""
 
@@ -197,6 +211,19 @@ class Tables(NamedTuple):
     tool_executions: Table
     lg_checkpoints: Table
     lg_writes: Table
+    store: Table
+
+    @property
+    def of_thread(self) -> tuple[Table, ...]:
+        """The tables holding a thread's data, children first (deleted in this order)."""
+        return (
+            self.states,
+            self.messages,
+            self.tool_executions,
+            self.lg_writes,
+            self.lg_checkpoints,
+            self.threads,
+        )
 
 
 def tables_for(
@@ -218,9 +245,11 @@ def tables_for(
                 if schema
                 else table.to_metadata(metadata)
             )
-            copy.c.thread_id.type = id_sql_type(id_type)
+            if "thread_id" in copy.c:
+                copy.c.thread_id.type = id_sql_type(id_type)
             if "user_id" in copy.c:
                 copy.c.user_id.type = id_sql_type(user_id_type)
     prefix = f"{schema}." if schema else ""
     t = metadata.tables
-    return Tables(*(t[prefix + name] for name in Tables._fields))
+    names = {"store": "tenxstore_store"}
+    return Tables(*(t[prefix + names.get(field, field)] for field in Tables._fields))

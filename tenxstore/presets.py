@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ._asyncpg_pool import engine_from_asyncpg_pool
 from .backends import PoolMode
-from .cache import CachedCheckpointer
+from .cache import DEFAULT_KEY_PREFIX, CachedCheckpointer
 from .errors import ConfigError
 from .repository import CheckpointRepository
 from .validate import IdType
@@ -45,7 +45,8 @@ class PgCheckpointer(CachedCheckpointer):
         user_id_type: ``"string"``, ``"int"`` or ``"bigint"``.
         id_type: Likewise for ``thread_id``.
         tool_lease_seconds: Lease of a tool-call claim.
-        key_prefix: First segment of every cache key.
+        key_prefix: First segment of every cache key (by default ``state_cache`` and
+            the store's id; a prefix you pass is used verbatim).
         lock_timeout: Seconds a write waits for a thread's lock (``LockTimeout``).
         pool_mode: ``"transaction"`` behind a transaction-pooling PgBouncer.
 
@@ -71,7 +72,7 @@ class PgCheckpointer(CachedCheckpointer):
         id_type: IdType = "string",
         *,
         tool_lease_seconds: float = 900,
-        key_prefix: str = "state_cache",
+        key_prefix: str = DEFAULT_KEY_PREFIX,
         lock_timeout: float | None = 30.0,
         pool_mode: PoolMode = "session",
     ) -> None:
@@ -132,7 +133,8 @@ class SqliteCheckpointer(_OptionalCache):
         redis_url: Optional Redis cache URL; or ``redis``, a client.
         cache_ttl: Redis TTL in seconds (``None``: no expiry).
         tool_lease_seconds: Lease of a tool-call claim.
-        key_prefix: First segment of every cache key.
+        key_prefix: First segment of every cache key (by default ``state_cache`` and
+            the store's id; a prefix you pass is used verbatim).
         lock_timeout: Seconds a writer waits for the database's write lock.
     """
 
@@ -146,7 +148,7 @@ class SqliteCheckpointer(_OptionalCache):
         redis: Any = None,
         cache_ttl: float | None = 86400,
         tool_lease_seconds: float = 900,
-        key_prefix: str = "state_cache",
+        key_prefix: str = DEFAULT_KEY_PREFIX,
         lock_timeout: float | None = 30.0,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):

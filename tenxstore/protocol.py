@@ -13,7 +13,16 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
 
 from .langgraph_tables import LangGraphTables
-from .types import ImportOutcome, OnConflict, StateSnapshot, ThreadExport, ThreadInfo, ToolExecution
+from .types import (
+    Commit,
+    Health,
+    ImportOutcome,
+    OnConflict,
+    StateSnapshot,
+    ThreadExport,
+    ThreadInfo,
+    ToolExecution,
+)
 from .validate import IdType
 
 __all__ = ["Checkpointer"]
@@ -52,6 +61,12 @@ class Checkpointer(Protocol):
     async def asetup(self) -> None:
         """Migrate the schema to head."""
 
+    async def astore_id(self) -> str:
+        """The random id naming this database and schema."""
+
+    async def acheck(self) -> Health:
+        """Check the database, its schema and the cache (never raises for what it finds)."""
+
     async def aclose(self) -> None:
         """Close what this checkpointer created."""
 
@@ -64,6 +79,16 @@ class Checkpointer(Protocol):
         meta: dict[str, Any] | None = None,
     ) -> int:
         """Durable compare-and-swap write of a state and new messages."""
+
+    async def acommit(
+        self,
+        config: dict[str, Any],
+        state: dict[str, Any],
+        messages: Iterable[dict[str, Any]] = (),
+        *,
+        meta: dict[str, Any] | None = None,
+    ) -> Commit:
+        """``aput_checkpoint`` returning what it did."""
 
     async def aput_state(
         self, config: dict[str, Any], state: dict[str, Any], *, meta: dict[str, Any] | None = None
@@ -103,12 +128,15 @@ class Checkpointer(Protocol):
         """The thread record."""
 
     async def alist_threads(
-        self, config: dict[str, Any], limit: int = 50, offset: int = 0
+        self, config: dict[str, Any], limit: int | None = 50, offset: int = 0
     ) -> list[ThreadInfo]:
         """The caller's threads, most recently updated first."""
 
     async def aclean_thread(self, config: dict[str, Any]) -> bool:
         """Delete the thread and everything of it."""
+
+    async def adelete(self, config: dict[str, Any]) -> Commit | None:
+        """``aclean_thread`` returning what was deleted."""
 
     async def abegin_tool_execution(
         self, config: dict[str, Any], tool_call_id: str, tool_name: str, args: dict[str, Any]
@@ -116,12 +144,17 @@ class Checkpointer(Protocol):
         """Claim a tool call."""
 
     async def acomplete_tool_execution(
-        self, config: dict[str, Any], tool_call_id: str, result: Any
+        self, config: dict[str, Any], tool_call_id: str, result: Any, *, attempt: int | None = None
     ) -> ToolExecution:
         """Record a tool call's result."""
 
     async def afail_tool_execution(
-        self, config: dict[str, Any], tool_call_id: str, error: str | BaseException
+        self,
+        config: dict[str, Any],
+        tool_call_id: str,
+        error: str | BaseException,
+        *,
+        attempt: int | None = None,
     ) -> ToolExecution:
         """Record a tool call's failure."""
 

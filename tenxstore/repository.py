@@ -18,12 +18,13 @@ from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import migrate
 from .backends import DEFAULT_LOCK_TIMEOUT_S, POOL_MODES, Backend, PoolMode, open_backend
-from .config import recorded_version, set_recorded_version
-from .errors import ConfigError, SerializationError, StaleStateError
+from .config import record_read, recorded_incarnation, recorded_version
+from .errors import ConfigError, SerializationError, StaleStateError, TenxStoreError
 from .exports import ThreadExports
 from .langgraph_tables import LangGraphTables
 from .ledger import ToolLedger
@@ -31,17 +32,26 @@ from .models import tables_for
 from .serde import decode, encode, encode_state
 from .statements import Statements, snapshot_of, thread_info
 from .store import Settings, Store
-from .types import ImportOutcome, OnConflict, StateSnapshot, ThreadExport, ThreadInfo, ToolExecution
+from .types import (
+    Commit,
+    Health,
+    ImportOutcome,
+    OnConflict,
+    StateSnapshot,
+    ThreadExport,
+    ThreadInfo,
+    ToolExecution,
+)
 from .validate import (
     IdType,
     check_bool,
     check_choice,
     check_count,
+    check_id,
     check_id_type,
     check_limit,
     check_positive_number,
     is_int,
-    message_id,
 )
 
 __all__ = ["CheckpointRepository"]
@@ -117,7 +127,7 @@ class CheckpointRepository:
         if schema is not None and not backend.supports_schema:
             raise ConfigError(f"schema= is a PostgreSQL option; {backend.dialect} has no schemas")
         tables = tables_for(settings.id_type, settings.user_id_type, schema)
-        self._store = store = Store(backend, Statements(tables, backend), settings)
+        self._store = store = Store(backend, Statements(tables, backend), settings, schema)
         backend.create_schema_on_first_use(self._migrate_on)
         self.schema = schema
         self.pool_mode = pool_mode
@@ -161,9 +171,10 @@ class CheckpointRepository:
         return self._store.backend.dialect
 
     async def _migrate_on(self, connection: AsyncConnection) -> None:
-        await migrate.upgrade_connection(
+        store_id = await migrate.upgrade_connection(
             connection, schema=self.schema, id_type=self.id_type, user_id_type=self.user_id_type
         )
+        self._store.ready(store_id)
 
     async def asetup(self) -> None:
         """Migrate the schema to head (creating the PostgreSQL schema when absent).
@@ -174,12 +185,26 @@ class CheckpointRepository:
             ConfigError: The schema was created with other ``id_type`` /
                 ``user_id_type`` values.
         """
-        await migrate.upgrade(
+        store_id = await migrate.upgrade(
             self._store.backend,
             schema=self.schema,
             id_type=self.id_type,
             user_id_type=self.user_id_type,
         )
+        self._store.ready(store_id)
+
+    async def astore_id(self) -> str:
+        """The random id that names this database and schema (written by the migrations).
+
+        Checked once per process at first use, like the schema revision; a cache uses
+        it as its default key namespace, so two stores sharing one Redis never share
+        an entry while one store reached two ways (directly, through PgBouncer, by two
+        host names) always does.
+
+        Raises:
+            SchemaNotReady: The schema was never set up, or is behind this release.
+        """
+        return await self._store.ensure_ready()
 
     def setup(self) -> None:
         """Synchronous :meth:`asetup`; works with or without a running event loop.
@@ -199,9 +224,15 @@ class CheckpointRepository:
                 await self.asetup()
                 return
             try:
-                async with private.connect() as connection:
+                try:
+                    connection = await private.connect().start()
+                except (DBAPIError, OSError, asyncio.TimeoutError) as exc:
+                    raise backend.opening_failed(exc) from exc
+                try:
                     await backend.begin_write(connection)
                     await self._migrate_on(connection)
+                finally:
+                    await connection.close()
             finally:
                 await private.dispose()
 
@@ -224,6 +255,20 @@ class CheckpointRepository:
         thread.join()
         if outcome:
             raise outcome[0]
+
+    async def acheck(self) -> Health:
+        """Check the database: reachable, and its schema at the revision this release
+        needs. Never raises for what it finds; see :class:`Health`."""
+        store = self._store
+        head = migrate.head_revision()
+        try:
+            async with store.backend.connect() as conn:
+                revision, _ = await migrate.read_schema(conn, self.schema)
+        except TenxStoreError as exc:
+            return Health(store.where(), str(exc), None, head)
+        except DBAPIError as exc:
+            return Health(store.where(), f"{type(exc.orig).__name__}: {exc.orig}", None, head)
+        return Health(store.where(), None, revision, head)
 
     async def aclose(self) -> None:
         """Close the connection pool if this repository created it."""
@@ -248,13 +293,15 @@ class CheckpointRepository:
         """Durably write a new state version and the messages not yet stored.
 
         One transaction: create the thread if absent, lock it, check its owner,
-        compare the version the run recorded (if any) with the head version, insert
-        the state at the next version, insert new messages (deduplicated by ``id``;
-        a message without one gets one, written back into its dict), prune states
-        beyond ``state_history_limit``, commit.
+        compare the version the run recorded (if any) with the head version — and the
+        incarnation recorded beside it with the thread's, so a run that read a thread
+        since deleted or replaced never writes into its successor —, insert the state
+        at the next version, insert new messages (deduplicated by ``id``; a message
+        without one gets one, written back into its dict), prune states beyond
+        ``state_history_limit``, commit.
 
         Args:
-            config: The run config; its recorded version is updated.
+            config: The run config; its recorded version and incarnation are updated.
             state: A JSON object.
             messages: Dicts; each is stored once per ``id``, first content wins.
             meta: Optional JSON object stored beside the state (``StateSnapshot.meta``).
@@ -263,22 +310,38 @@ class CheckpointRepository:
             The new version.
 
         Raises:
-            StaleStateError: Another run committed since this run read the thread.
+            StaleStateError: Another run committed since this run read the thread, or
+                the thread was deleted or replaced since (``replaced`` is then True).
             ThreadOwnershipError: The thread belongs to another user.
             SerializationError: Something cannot be stored; nothing was written.
             ConfigError: The config is invalid.
         """
+        return (await self.acommit(config, state, messages, meta=meta)).version
+
+    async def acommit(
+        self,
+        config: dict[str, Any],
+        state: dict[str, Any],
+        messages: Iterable[dict[str, Any]] = (),
+        *,
+        meta: dict[str, Any] | None = None,
+    ) -> Commit:
+        """:meth:`aput_checkpoint`, returning what it did: the thread's owner and
+        incarnation beside the new version (what a cache decorator needs)."""
         store = self._store
         ids = store.ids(config)
         expected = recorded_version(config)
+        expected_life = recorded_incarnation(config)
         payload = encode_state(state)
         meta_text = None if meta is None else store.encode_object(meta, "meta")
         message_rows = store.encode_messages(messages)
         now = store.now()
         async with store.write(ids.thread_id) as (conn, locked):
-            head = await store.claim_thread(conn, ids, locked, now)
-            if expected is not None and expected != head:
-                raise StaleStateError(ids.thread_id, expected, head)
+            row = await store.claim_thread(conn, ids, locked, now)
+            head, life = row.version, row.incarnation
+            replaced = expected_life is not None and expected_life != life
+            if expected is not None and (expected != head or replaced):
+                raise StaleStateError(ids.thread_id, expected, head, replaced)
             version = head + 1
             upto = version - self.state_history_limit
             await store.backend.write_state(
@@ -295,8 +358,8 @@ class CheckpointRepository:
                 },
                 prune=upto > 0,
             )
-        set_recorded_version(config, version)
-        return version
+        record_read(config, version, life)
+        return Commit(ids.thread_id, row.user_id, life, version)
 
     async def aput_state(
         self, config: dict[str, Any], state: dict[str, Any], *, meta: dict[str, Any] | None = None
@@ -314,11 +377,13 @@ class CheckpointRepository:
             )
         else:
             rows = await store.read(store.sql.head_state, {"b_thread": ids.thread_id})
-        row = rows[0] if rows else None
-        if row is None or row.state_data is None:
-            set_recorded_version(config, 0 if row is None else row.version)
+        if not rows:
+            record_read(config, 0, None)
             return None
-        set_recorded_version(config, row.version)
+        row = rows[0]
+        record_read(config, row.version, row.incarnation)
+        if row.state_data is None:
+            return None
         state: dict[str, Any] = decode(row.state_data)
         return state
 
@@ -369,7 +434,9 @@ class CheckpointRepository:
         if after_id is not None:
             after = (
                 select(m.c.seq)
-                .where(m.c.thread_id == ids.thread_id, m.c.message_id == message_id(after_id))
+                .where(
+                    m.c.thread_id == ids.thread_id, m.c.message_id == check_id("after_id", after_id)
+                )
                 .scalar_subquery()
             )
             stmt = stmt.where(m.c.seq > after)
@@ -419,12 +486,14 @@ class CheckpointRepository:
         return thread_info(rows[0]) if rows else None
 
     async def alist_threads(
-        self, config: dict[str, Any], limit: int = 50, offset: int = 0
+        self, config: dict[str, Any], limit: int | None = 50, offset: int = 0
     ) -> list[ThreadInfo]:
-        """The caller's threads, most recently updated first (all when isolation is off)."""
+        """The caller's threads, most recently updated first (all when isolation is off).
+
+        ``limit=None`` lists them all."""
         store = self._store
         ids = store.ids(config, need_thread=False)
-        limit = check_count("limit", limit)
+        limit = check_limit(limit)
         offset = check_count("offset", offset)
         t = store.tables.threads
         stmt = select(*t.c)
@@ -436,7 +505,8 @@ class CheckpointRepository:
         return [thread_info(row) for row in await store.read(stmt)]
 
     async def aclean_thread(self, config: dict[str, Any]) -> bool:
-        """Delete the thread with its states, messages and tool executions.
+        """Delete the thread with its states, messages, tool executions and LangGraph
+        checkpoints. Nothing of it is kept.
 
         Returns:
             False when there was no such thread.
@@ -444,14 +514,18 @@ class CheckpointRepository:
         Raises:
             ThreadOwnershipError: Another user owns the thread.
         """
+        return await self.adelete(config) is not None
+
+    async def adelete(self, config: dict[str, Any]) -> Commit | None:
+        """:meth:`aclean_thread`, returning what was deleted (None: no such thread)."""
         store = self._store
         ids = store.ids(config)
         async with store.write(ids.thread_id) as (conn, locked):
             if locked is None:
-                return False
+                return None
             store.check_owner(ids, locked)
             await store.delete_thread(conn, ids.thread_id)
-        return True
+        return Commit(ids.thread_id, locked.user_id, locked.incarnation, locked.version)
 
     # -- the tool ledger (see ToolLedger) -----------------------------------------------
 
@@ -462,16 +536,25 @@ class CheckpointRepository:
         return await self.ledger.abegin_tool_execution(config, tool_call_id, tool_name, args)
 
     async def acomplete_tool_execution(
-        self, config: dict[str, Any], tool_call_id: str, result: Any
+        self, config: dict[str, Any], tool_call_id: str, result: Any, *, attempt: int | None = None
     ) -> ToolExecution:
-        """Record a tool call's result; the first success wins."""
-        return await self.ledger.acomplete_tool_execution(config, tool_call_id, result)
+        """Record a tool call's result; the first success wins. Pass the claim's
+        ``attempts`` as ``attempt`` (:meth:`ToolLedger.acomplete_tool_execution`)."""
+        return await self.ledger.acomplete_tool_execution(
+            config, tool_call_id, result, attempt=attempt
+        )
 
     async def afail_tool_execution(
-        self, config: dict[str, Any], tool_call_id: str, error: str | BaseException
+        self,
+        config: dict[str, Any],
+        tool_call_id: str,
+        error: str | BaseException,
+        *,
+        attempt: int | None = None,
     ) -> ToolExecution:
-        """Record a tool call's failure (a succeeded call keeps its success)."""
-        return await self.ledger.afail_tool_execution(config, tool_call_id, error)
+        """Record a tool call's failure (a succeeded call keeps its success). Pass the
+        claim's ``attempts`` as ``attempt`` (:meth:`ToolLedger.afail_tool_execution`)."""
+        return await self.ledger.afail_tool_execution(config, tool_call_id, error, attempt=attempt)
 
     async def aget_tool_execution(
         self, config: dict[str, Any], tool_call_id: str
@@ -492,14 +575,21 @@ class CheckpointRepository:
         Once one run has succeeded, every later call — in any process, after any
         restart — returns the stored result without calling ``fn``. If ``fn`` raises,
         the failure is recorded and the exception re-raised; the next call claims the
-        tool again. Across an expired lease the body may run again (at-least-once).
+        tool again. A call cancelled while ``fn`` runs gives its claim back (recorded
+        as a failure) so the next call can claim at once; once ``fn`` has returned,
+        its outcome is recorded even if the call is cancelled meanwhile. Across an
+        expired lease the body may run again (at-least-once).
 
         Returns:
             The recorded result (as stored: JSON, so tuples come back as lists).
 
         Raises:
             ToolExecutionInProgress: Another worker is running this call now.
-            SerializationError: ``fn`` returned something that is not JSON.
+            ToolExecutionClaimLost: ``fn`` ran, but its lease expired and another
+                worker's claim is live: that worker's outcome will be recorded.
+            SerializationError: ``fn`` returned something that is not JSON. It has
+                run: the call is recorded as succeeded without a result, and every
+                later call raises this again without running ``fn``.
         """
         return await self.ledger.arun_tool_once(config, tool_call_id, tool_name, args, fn)
 

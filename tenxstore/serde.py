@@ -65,28 +65,33 @@ def _check_tree(value: Any, path: str) -> bool:
     return nonfinite
 
 
-def _stdlib_encode(value: Any, what: str) -> str:
+def _stdlib_encode(value: Any, what: str, sort_keys: bool = False) -> str:
     _check_tree(value, what)
     try:
-        return _STDLIB_MARK + json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys)
+        return _STDLIB_MARK + text
     except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(f"{what}: {exc}") from exc
 
 
-def encode(value: Any, what: str = "value") -> str:
+def encode(value: Any, what: str = "value", *, sort_keys: bool = False) -> str:
     """Encode any JSON value to text that :func:`decode` turns back into an equal value.
+
+    With ``sort_keys`` the text is canonical: two values are the same JSON (type for
+    type: ``1``, ``1.0`` and ``true`` differ) exactly when their texts are equal.
 
     Raises:
         SerializationError: ``value`` is not JSON (an object, a set, a non-str key,
             an unpaired surrogate...).
     """
+    options = _ORJSON_OPTIONS | orjson.OPT_SORT_KEYS if sort_keys else _ORJSON_OPTIONS
     try:
-        out = orjson.dumps(value, default=_refuse, option=_ORJSON_OPTIONS)
+        out = orjson.dumps(value, default=_refuse, option=options)
     except (orjson.JSONEncodeError, RecursionError):
-        return _stdlib_encode(value, what)
+        return _stdlib_encode(value, what, sort_keys)
     # orjson writes NaN and infinities as null: only then is a walk needed.
     if b"null" in out and _check_tree(value, what):
-        return _stdlib_encode(value, what)
+        return _stdlib_encode(value, what, sort_keys)
     return out.decode()
 
 

@@ -33,7 +33,7 @@ class Statements:
         t, s, m, x = tables.threads, tables.states, tables.messages, tables.tool_executions
         thread: BindParameter[Any] = bindparam("b_thread")
         self.lock = (
-            select(t.c.user_id, t.c.version)
+            select(t.c.user_id, t.c.version, t.c.incarnation)
             .where(t.c.thread_id == thread)
             .with_for_update()  # dropped on SQLite, where BEGIN IMMEDIATE serializes
         )
@@ -53,7 +53,7 @@ class Statements:
         )
         self.prune = delete(s).where(s.c.thread_id == thread, s.c.version <= bindparam("b_upto"))
         self.state_write = backend.build_state_write(tables)
-        head = select(t.c.version, s.c.state_data).select_from(
+        head = select(t.c.version, t.c.incarnation, s.c.state_data).select_from(
             t.outerjoin(s, and_(s.c.thread_id == t.c.thread_id, s.c.version == t.c.version))
         )
         self.head_state = head.where(t.c.thread_id == thread)

@@ -8,8 +8,8 @@ the same :class:`Store` and call only its public methods; none reaches into anot
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -19,6 +19,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
+from . import migrate
 from .backends import Backend
 from .config import RunIds, read_config
 from .errors import SerializationError, ThreadOwnershipError
@@ -43,11 +44,40 @@ class Settings:
 class Store:
     """The backend, statements and settings of one repository, and the shared steps."""
 
-    def __init__(self, backend: Backend, sql: Statements, settings: Settings) -> None:
+    def __init__(
+        self, backend: Backend, sql: Statements, settings: Settings, schema: str | None
+    ) -> None:
         self.backend = backend
         self.sql = sql
         self.tables = sql.tables
         self.settings = settings
+        self.schema = schema
+        self.store_id: str | None = None
+        """The random id migration 0003 wrote: names this database and schema."""
+
+    # -- the schema ----------------------------------------------------------------
+
+    def where(self) -> str:
+        """The database (and schema) in words, for messages; never the password."""
+        url = self.backend.describe()
+        return f"schema {self.schema!r} of {url}" if self.schema else f"the database {url}"
+
+    def ready(self, store_id: str | None) -> None:
+        """The schema is at head (a migration just said so) with this identity."""
+        self.store_id = store_id
+
+    async def ensure_ready(self) -> str:
+        """Check once, at first use, that the schema is at head; the store id.
+
+        Raises:
+            SchemaNotReady: Never set up, behind head, or set up by a newer release.
+        """
+        if self.store_id is not None:
+            return self.store_id
+        async with self.backend.connect() as conn:
+            revision, store_id = await migrate.read_schema(conn, self.schema)
+        self.store_id = migrate.check_schema(revision, store_id, self.where())
+        return self.store_id
 
     def ids(self, config: object, *, need_thread: bool = True) -> RunIds:
         """The validated ids of one call (``ConfigError`` before any I/O)."""
@@ -66,32 +96,42 @@ class Store:
 
     # -- transactions --------------------------------------------------------------
 
-    def write(self, thread_id: Any) -> AbstractAsyncContextManager[tuple[AsyncConnection, Any]]:
+    @asynccontextmanager
+    async def write(self, thread_id: Any) -> AsyncIterator[tuple[AsyncConnection, Any]]:
         """A write transaction holding the thread's row lock; yields (conn, row or None)."""
-        return self.backend.write(self.sql.lock, {"b_thread": thread_id})
+        if self.store_id is None:
+            await self.ensure_ready()
+        async with self.backend.write(self.sql.lock, {"b_thread": thread_id}) as locked:
+            yield locked
 
     async def read(self, stmt: Executable, params: dict[str, Any] | None = None) -> list[Row[Any]]:
         """One read statement (retried once on a connection found dead)."""
+        if self.store_id is None:
+            await self.ensure_ready()
         return list(await self.backend.read(stmt, params))
 
-    def snapshot(self) -> AbstractAsyncContextManager[AsyncConnection]:
+    @asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[AsyncConnection]:
         """A read transaction that sees one snapshot."""
-        return self.backend.snapshot()
+        if self.store_id is None:
+            await self.ensure_ready()
+        async with self.backend.snapshot() as conn:
+            yield conn
 
     # -- the steps of a write ------------------------------------------------------
 
     async def claim_thread(
         self, conn: AsyncConnection, ids: RunIds, row: Any, now: datetime
-    ) -> int:
+    ) -> Row[Any]:
         """Given the locked row (or None), create the thread if absent and check its
-        owner; return its head version."""
+        owner; return its locked row (``user_id``, ``version``, ``incarnation``)."""
         if row is None:
             key = {"b_thread": ids.thread_id}
             await conn.execute(self.sql.new_thread, {**key, "b_user": ids.user_id, "b_now": now})
             row = (await conn.execute(self.sql.lock, key)).one()
         self.check_owner(ids, row)
-        version: int = row.version
-        return version
+        locked: Row[Any] = row
+        return locked
 
     @staticmethod
     def check_owner(ids: RunIds, row: Any) -> None:
@@ -102,10 +142,8 @@ class Store:
     async def delete_thread(self, conn: AsyncConnection, thread_id: Any) -> None:
         """Delete a thread and everything of it, under its lock."""
         # Children first and explicitly: no reliance on ON DELETE CASCADE being enforced.
-        t, *children = self.tables
-        for child in children:
-            await conn.execute(delete(child).where(child.c.thread_id == thread_id))
-        await conn.execute(delete(t).where(t.c.thread_id == thread_id))
+        for table in self.tables.of_thread:
+            await conn.execute(delete(table).where(table.c.thread_id == thread_id))
 
     # -- scoping -------------------------------------------------------------------
 

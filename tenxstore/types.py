@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 __all__ = [
     "AuthPolicy",
+    "Commit",
+    "Health",
     "ImportOutcome",
     "MessageRecord",
     "OnConflict",
@@ -35,6 +37,23 @@ class AuthPolicy:
     """
 
     enforce_user_isolation: bool = True
+
+
+@dataclass(frozen=True)
+class Commit:
+    """What a committed write or delete did to a thread, as a cache needs to know it.
+
+    Attributes:
+        thread_id: The thread.
+        user_id: Its owner (not the caller, when isolation was lifted for the call).
+        incarnation: Which life of the thread id (see :data:`tenxstore.config.INCARNATION_KEY`).
+        version: Its head version after the write (for a delete: the last one).
+    """
+
+    thread_id: Any
+    user_id: Any
+    incarnation: int
+    version: int
 
 
 @dataclass(frozen=True)
@@ -94,3 +113,48 @@ class ThreadExport:
     states: tuple[StateSnapshot, ...]
     messages: tuple[MessageRecord, ...]
     tool_executions: tuple[ToolExecution, ...]
+
+
+@dataclass(frozen=True)
+class Health:
+    """What :meth:`acheck` found: the database, its schema, and the cache.
+
+    Attributes:
+        database: Where the data lives (URL without password, and schema).
+        database_error: Why the database cannot be used, or None.
+        revision: The schema revision found (None: never set up, or unreachable).
+        head: The revision this release needs.
+        cache: The Redis server, or None without a cache.
+        cache_error: Why Redis cannot be used (the cache then fails open), or None.
+        cache_down_for: Seconds left in the window in which Redis is not tried.
+        pending_invalidations: Cache entries to invalidate once Redis answers again.
+    """
+
+    database: str
+    database_error: str | None
+    revision: str | None
+    head: str | None
+    cache: str | None = None
+    cache_error: str | None = None
+    cache_down_for: float = 0.0
+    pending_invalidations: int = 0
+
+    @property
+    def problems(self) -> list[str]:
+        """What is wrong, one line each (empty: healthy)."""
+        found = []
+        if self.database_error is not None:
+            found.append(f"database: {self.database_error}")
+        elif self.revision != self.head:
+            found.append(
+                f"schema: at {self.revision or 'nothing'}, this release needs {self.head}: "
+                "run `tenxstore upgrade` (or `await checkpointer.asetup()`)"
+            )
+        if self.cache_error is not None:
+            found.append(f"cache: {self.cache_error} (calls are served by the database)")
+        return found
+
+    @property
+    def ok(self) -> bool:
+        """Whether nothing is wrong."""
+        return not self.problems

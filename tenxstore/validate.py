@@ -6,6 +6,7 @@ Every public call validates its input here first, so bad input raises a typed er
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, Literal, TypeGuard, TypeVar
 
 from .errors import ConfigError, SerializationError
@@ -21,6 +22,7 @@ __all__ = [
     "check_id_type",
     "check_limit",
     "check_positive_number",
+    "check_text",
     "is_int",
     "message_id",
 ]
@@ -28,6 +30,7 @@ __all__ = [
 IdType = Literal["string", "int", "bigint"]
 ID_TYPES: tuple[IdType, ...] = ("string", "int", "bigint")
 MAX_ID_LENGTH = 255
+MAX_COUNT = 2**63 - 1  # the largest limit, offset or version a database column holds
 _INT_BOUNDS = {"int": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1)}
 C = TypeVar("C", bound=str)
 
@@ -45,9 +48,9 @@ def check_bool(name: str, value: object) -> bool:
 
 
 def check_count(name: str, value: object) -> int:
-    """A non-negative int, as a limit, an offset or a version."""
-    if not is_int(value) or value < 0:
-        raise ConfigError(f"{name} must be a non-negative int, not {value!r}")
+    """A non-negative int that a BIGINT holds, as a limit, an offset or a version."""
+    if not is_int(value) or not 0 <= value <= MAX_COUNT:
+        raise ConfigError(f"{name} must be an int from 0 to 2**63-1, not {value!r}")
     return value
 
 
@@ -75,16 +78,33 @@ def check_id_type(name: str, value: object) -> IdType:
     return check_choice(name, value, ID_TYPES)
 
 
+def check_text(what: str, value: object) -> str:
+    """A str that can be stored as an id: 1-255 characters, no U+0000, no lone surrogate."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be a str, not {type(value).__name__}")
+    if not 0 < len(value) <= MAX_ID_LENGTH:
+        raise ConfigError(f"{what} must be 1-{MAX_ID_LENGTH} characters, not {len(value)}")
+    if "\x00" in value:
+        raise ConfigError(f"{what} must not contain U+0000")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(f"{what} contains a lone surrogate: not valid Unicode") from None
+    return value
+
+
 def check_id(what: str, value: object, id_type: IdType = "string") -> Any:
-    """Return ``value`` if it is a valid id of ``id_type``, else raise ``ConfigError``."""
+    """Return ``value`` as a stored id of ``id_type``, else raise ``ConfigError``.
+
+    A string id is 1-255 characters without U+0000 or a lone surrogate; a
+    ``uuid.UUID`` is accepted as its canonical string. Int ids (``"int"``,
+    ``"bigint"``) must be ints in the column's range.
+    """
     if id_type == "string":
-        if not isinstance(value, str):
-            raise ConfigError(f"{what} must be a str, not {type(value).__name__}")
-        if not 0 < len(value) <= MAX_ID_LENGTH:
-            raise ConfigError(f"{what} must be 1-{MAX_ID_LENGTH} characters, not {len(value)}")
-        if "\x00" in value:
-            raise ConfigError(f"{what} must not contain U+0000")
-        return value
+        if isinstance(value, uuid.UUID):
+            return str(value)
+        return check_text(what, value)
     if not is_int(value):
         raise ConfigError(f"{what} must be an int ({id_type}), not {type(value).__name__}")
     low, high = _INT_BOUNDS[id_type]

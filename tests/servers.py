@@ -6,14 +6,16 @@ missing binary) and the benchmarks, which run from a checkout without pytest.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["RedisServer", "free_port", "wait_for_port"]
+__all__ = ["RedisServer", "TcpProxy", "free_port", "wait_for_port"]
 
 
 def free_port() -> int:
@@ -73,3 +75,87 @@ class RedisServer:
         if self.process is not None:
             self.process.kill()
             self.process.wait(10)
+
+
+class TcpProxy:
+    """A loopback TCP proxy in the test's event loop: a link that can be cut.
+
+    ``cut()`` closes every open connection and refuses new ones (a partition, a
+    restarted proxy); ``restore()`` lets them through again. ``drop`` is asked with
+    each chunk a client sends: when it says so the connection is closed instead of
+    forwarding it (a server that dies mid-conversation).
+    """
+
+    def __init__(self, target_port: int, drop: Callable[[bytes], bool] | None = None) -> None:
+        self.target_port = target_port
+        self.drop = drop
+        self.port = 0
+        self.open = True
+        self._server: asyncio.base_events.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> TcpProxy:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self.open:
+            writer.close()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.close()
+            return
+        pair = (writer, up_writer)
+        self._writers |= set(pair)
+        for task in (
+            asyncio.ensure_future(self._pipe(reader, up_writer, self.drop, pair)),
+            asyncio.ensure_future(self._pipe(up_reader, writer, None, pair)),
+        ):
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _pipe(
+        self,
+        source: asyncio.StreamReader,
+        sink: asyncio.StreamWriter,
+        drop: Callable[[bytes], bool] | None,
+        pair: tuple[asyncio.StreamWriter, asyncio.StreamWriter],
+    ) -> None:
+        try:
+            while chunk := await source.read(65536):
+                if drop is not None and drop(chunk):
+                    break
+                sink.write(chunk)
+                await sink.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            for writer in pair:  # one side ended: the connection is over
+                writer.close()
+                self._writers.discard(writer)
+
+    def _close_all(self) -> None:
+        for writer in list(self._writers):
+            writer.close()
+        self._writers.clear()
+
+    def cut(self) -> None:
+        """Close every connection and refuse new ones."""
+        self.open = False
+        self._close_all()
+
+    def restore(self) -> None:
+        """Let connections through again."""
+        self.open = True
+
+    async def close(self) -> None:
+        self.cut()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()

@@ -189,7 +189,10 @@ def test_unserializable_values_write_nothing(
         assert await store.cp.aget_state(reader) is None
         assert await store.cp.aget_messages(reader) == []
         record = await store.cp.aget_tool_execution(reader, "c")
-        assert record is not None and record.status == "failed"  # recorded, nothing else
+        # The body ran: recorded as done, without a result, and never run again.
+        assert record is not None and (record.status, record.result) == ("succeeded", None)
+        with pytest.raises(SerializationError):
+            await store.cp.arun_tool_once(config, "c", "t", {}, lambda: pytest.fail("ran"))
 
     store.run(go())
 

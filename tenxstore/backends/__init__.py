@@ -94,5 +94,9 @@ def open_backend(
         )
     url = async_url(url_or_engine)
     cls = _backend_class(url.get_backend_name(), "asyncpg", is_memory(url), pool_mode)
-    engine = cls.create_engine(url, engine_options or {}, lock_timeout)
-    return cls(engine, owns_engine=True, lock_timeout=lock_timeout)
+    options = engine_options or {}
+
+    def make() -> AsyncEngine:
+        return cls.create_engine(url, options, lock_timeout)
+
+    return cls(make(), owns_engine=True, lock_timeout=lock_timeout, make_engine=make)

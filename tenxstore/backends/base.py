@@ -11,24 +11,29 @@ outside ``tenxstore/backends`` asks which database it is talking to.
 from __future__ import annotations
 
 import asyncio
+import socket
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime, timezone
 from typing import Any, ClassVar, Literal
 
 from sqlalchemy import Table
 from sqlalchemy.engine import URL, Row
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import NullPool, StaticPool
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Insert
 
-from ..errors import ConnectionLost, LockTimeout
+from ..errors import ConfigError, ConnectionLost, DatabaseUnavailable, LockTimeout, TenxStoreError
+from ..loops import PerLoop
 from ..models import Tables
 
 __all__ = ["DEFAULT_LOCK_TIMEOUT_S", "Backend", "DialectName", "StateWrite", "timeout_ms"]
 
 DialectName = Literal["postgresql", "sqlite"]
+_SQLITE_CANTOPEN = 14
 DEFAULT_LOCK_TIMEOUT_S = 30.0
 _FOREVER_MS = 2**31 - 1
 
@@ -36,6 +41,48 @@ _FOREVER_MS = 2**31 - 1
 def timeout_ms(lock_timeout: float | None) -> int:
     """A lock timeout in whole milliseconds (None: as long as the database allows)."""
     return _FOREVER_MS if lock_timeout is None else max(1, int(lock_timeout * 1000))
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a driver error, wherever SQLAlchemy's wrapping put it."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return None
+        code = getattr(seen, "sqlstate", None) or getattr(seen, "pgcode", None)
+        if isinstance(code, str):
+            return code
+        seen = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
+    return None
+
+
+_REFUSALS = {
+    "3D000": "no such database: create it, or fix the database name in the URL",
+    "28000": "authentication failed: no such role, or it may not log in (check the user)",
+    "28P01": "authentication failed: wrong password",
+    "57P03": "the server is starting up or shutting down: try again shortly",
+    "53300": "the server has no connection slot left (max_connections): use a pooler",
+}
+
+
+def _refusal(exc: BaseException) -> str | None:
+    """Why a connection could not be opened, in words; None when an opened connection
+    broke instead (that is ConnectionLost, not DatabaseUnavailable)."""
+    if isinstance(exc, socket.gaierror):
+        return "unknown host: check the host name in the URL"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused: is the server running, and on this host and port?"
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return "timed out: the server does not answer (a firewall, a wrong host?)"
+    state = _sqlstate(exc)
+    if state in _REFUSALS:
+        return _REFUSALS[state]
+    code = getattr(getattr(exc, "orig", None), "sqlite_errorcode", None)
+    if code == _SQLITE_CANTOPEN:
+        return "SQLite cannot open the file: does its directory exist, and may we write it?"
+    if isinstance(exc, OSError) and not isinstance(exc, ConnectionError):
+        return f"cannot connect ({exc.strerror or exc})"
+    return None
 
 
 StateWrite = dict[str, Any]
@@ -57,12 +104,64 @@ class Backend(ABC):
     dialect: ClassVar[DialectName]
     supports_schema: ClassVar[bool] = False
 
-    def __init__(self, engine: AsyncEngine, *, owns_engine: bool, lock_timeout: float | None):
-        self.engine = engine
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        owns_engine: bool,
+        lock_timeout: float | None,
+        make_engine: Callable[[], AsyncEngine] | None = None,
+    ):
         self.owns_engine = owns_engine
         self.lock_timeout = lock_timeout
-        self._read_engine = engine.execution_options(**self.read_options())
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # asyncpg and aiosqlite connections belong to one event loop: an engine this
+        # backend created gets a twin for a loop that runs beside the first one, and
+        # each is disposed of when its loop shuts down (tenxstore.loops).
+        self._engines = PerLoop(
+            self._pair(engine),
+            make=None if make_engine is None else lambda: self._pair(make_engine()),
+            close=self._dispose if owns_engine else None,
+            reset=self._reset if owns_engine else None,
+            foreign=None if owns_engine else self._foreign,
+        )
+
+    def _pair(self, engine: AsyncEngine) -> tuple[AsyncEngine, AsyncEngine]:
+        """An engine, and a view of it for single-statement reads."""
+        return engine, engine.execution_options(**self.read_options())
+
+    @staticmethod
+    async def _dispose(pair: tuple[AsyncEngine, AsyncEngine]) -> None:
+        await pair[0].dispose()
+
+    @staticmethod
+    def _reset(pair: tuple[AsyncEngine, AsyncEngine]) -> None:
+        pair[0].sync_engine.dispose(close=False)  # its connections died with their loop
+
+    @staticmethod
+    def _foreign(
+        pair: tuple[AsyncEngine, AsyncEngine], loop: asyncio.AbstractEventLoop | None
+    ) -> None:
+        """A caller's engine asked for on another loop than the one it was used on."""
+        pool = pair[0].sync_engine.pool
+        if isinstance(pool, (NullPool, StaticPool)):
+            return  # no connection outlives a checkout (or one that is not loop-bound)
+        if loop is not None and not loop.is_closed():
+            raise ConfigError(
+                "the engine passed to tenxstore is in use on another event loop, and its "
+                "pooled connections belong to that loop: give each loop its own engine, "
+                "or pass a URL and tenxstore keeps one per loop"
+            )
+        if pool.checkedin():  # type: ignore[attr-defined]  # QueuePool and its kin
+            raise ConfigError(
+                "the engine passed to tenxstore holds connections of an event loop that "
+                "has closed: `await engine.dispose()` before the loop ends, or pass a URL "
+                "and tenxstore keeps one engine per loop"
+            )
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine of the running event loop (outside a loop: the first one)."""
+        return self._engines.current()[0]
 
     # -- how this mode runs things (hooks) -----------------------------------------
 
@@ -113,23 +212,48 @@ class Backend(ABC):
     async def snapshot_options(self, conn: AsyncConnection) -> None:  # noqa: B027  # a hook most modes leave empty
         """Make ``conn``'s next transaction see one snapshot of the database."""
 
+    async def clock(self, conn: AsyncConnection) -> datetime:
+        """The database's time, for leases: every worker measures them on one clock.
+        (An embedded database's clock is this host's.)"""
+        return datetime.now(timezone.utc)
+
     # -- connections -----------------------------------------------------------------
 
-    def _on_loop(self) -> None:
-        """Pooled asyncpg and aiosqlite connections belong to the loop that opened
-        them: a checkpointer reused on a new event loop starts a new pool."""
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:
-            if self._loop is not None and self.owns_engine:
-                self.engine.sync_engine.dispose(close=False)
-            self._loop = loop
-
     @asynccontextmanager
-    async def connect(self, engine: AsyncEngine | None = None) -> AsyncIterator[AsyncConnection]:
-        """A connection from the pool of ``engine`` (default: the backend's)."""
-        self._on_loop()
-        async with (engine or self.engine).connect() as conn:
+    async def connect(self, *, read: bool = False) -> AsyncIterator[AsyncConnection]:
+        """A connection of the running loop's engine (``read``: set up for one read).
+
+        Raises:
+            DatabaseUnavailable: The database cannot be reached or refused us.
+            ConnectionLost: The connection broke while it was being set up (nothing
+                was sent of the caller's work).
+        """
+        engine, read_engine = await self._engines.get()
+        conn = (read_engine if read else engine).connect()
+        try:
+            await conn.start()
+        except (DBAPIError, OSError, asyncio.TimeoutError) as exc:
+            raise self.opening_failed(exc) from exc
+        try:
             yield conn
+        finally:
+            await conn.close()
+
+    def describe(self) -> str:
+        """The database's URL without its password or driver, for messages."""
+        url = self.engine.url
+        return url.set(drivername=url.get_backend_name()).render_as_string(hide_password=True)
+
+    def opening_failed(self, exc: BaseException) -> TenxStoreError:
+        """A failure to open a connection as tenxstore's error, by class and SQLSTATE."""
+        where = self.describe()
+        why = _refusal(exc)
+        if why is None:
+            return ConnectionLost(
+                f"the connection to {where} broke while it was being opened "
+                f"({type(exc).__name__}); nothing was written"
+            )
+        return DatabaseUnavailable(f"cannot use the database {where}: {why}")
 
     async def read(
         self, stmt: Executable, params: dict[str, Any] | None = None
@@ -142,11 +266,14 @@ class Backend(ABC):
         """
         for attempt in (1, 2):
             try:
-                async with self.connect(self._read_engine) as conn:
+                async with self.connect(read=True) as conn:
                     return (await conn.execute(stmt, params)).all()
             except DBAPIError as exc:
                 if attempt == 2 or not exc.connection_invalidated:
                     raise self.translate(exc, committing=False) from exc
+            except ConnectionLost:
+                if attempt == 2:
+                    raise
         raise AssertionError("unreachable")
 
     @asynccontextmanager
@@ -230,6 +357,7 @@ class Backend(ABC):
         return None
 
     async def aclose(self) -> None:
-        """Close the connection pool if this backend created it."""
+        """Close the connection pool of the running loop, if this backend created it
+        (a pool of another loop is closed when that loop shuts down)."""
         if self.owns_engine:
-            await self.engine.dispose()
+            await self._engines.aclose_current()

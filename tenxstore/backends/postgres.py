@@ -20,6 +20,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Table, Text, bindparam, delete, event, func, insert, select, update
@@ -125,6 +126,11 @@ class PostgresBackend(Backend):
     async def snapshot_options(self, conn: AsyncConnection) -> None:
         await conn.execution_options(isolation_level="REPEATABLE READ")
 
+    async def clock(self, conn: AsyncConnection) -> datetime:
+        """The server's ``clock_timestamp()``: every worker's leases on one clock."""
+        now: datetime = (await conn.execute(select(func.clock_timestamp()))).scalar_one()
+        return now
+
     def build_state_write(self, tables: Tables) -> Executable:
         """The state insert, message inserts, version bump and prune in ONE statement
         (data-modifying CTEs), sent once the thread row is locked.
@@ -202,7 +208,7 @@ class PostgresBackend(Backend):
         committing = False
         try:
             for attempt in (1, 2):
-                async with self.connect(self._read_engine) as conn:
+                async with self.connect(read=True) as conn:
                     try:
                         await conn.exec_driver_sql("BEGIN")
                     except DBAPIError as exc:

@@ -144,8 +144,18 @@ class MemoryBackend(SqliteBackend):
 
     name = "memory"
 
-    def __init__(self, engine: AsyncEngine, *, owns_engine: bool, lock_timeout: float | None):
-        super().__init__(engine, owns_engine=owns_engine, lock_timeout=lock_timeout)
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        owns_engine: bool,
+        lock_timeout: float | None,
+        make_engine: Callable[[], AsyncEngine] | None = None,
+    ):
+        # One connection that is not tied to a loop (aiosqlite runs it in a thread):
+        # every loop shares it, and it is closed only by aclose().
+        super().__init__(engine, owns_engine=False, lock_timeout=lock_timeout)
+        self.owns_engine = owns_engine
         self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
@@ -167,13 +177,10 @@ class MemoryBackend(SqliteBackend):
         return lock
 
     @asynccontextmanager
-    async def connect(self, engine: AsyncEngine | None = None) -> AsyncIterator[AsyncConnection]:
-        """The one connection, in turn; the schema is created before its first use.
-
-        The connection is not tied to a loop (aiosqlite runs it in a thread), so a new
-        event loop keeps the database: this backend never starts a new pool.
-        """
-        async with self._turn(), (engine or self.engine).connect() as conn:
+    async def connect(self, *, read: bool = False) -> AsyncIterator[AsyncConnection]:
+        """The one connection, in turn; the schema is created before its first use."""
+        engine, read_engine = self._engines.first
+        async with self._turn(), (read_engine if read else engine).connect() as conn:
             if self._create_schema is not None:
                 create, self._create_schema = self._create_schema, None
                 try:
@@ -188,3 +195,7 @@ class MemoryBackend(SqliteBackend):
 
     def setup_engine(self) -> None:  # type: ignore[override]  # the database is this engine
         return None
+
+    async def aclose(self) -> None:
+        if self.owns_engine:
+            await self._engines.first[0].dispose()

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
 from redis.asyncio import ConnectionPool, Redis
-from sqlalchemy import event
 from sqlalchemy.ext.asyncio import create_async_engine
 
 import tenxstore
@@ -27,22 +25,9 @@ from tenxstore import (
 )
 from tenxstore.cache import cache_key
 from tests import services
+from tests.cache.conftest import sql_statements
 from tests.conftest import cfg, drop_schema, new_schema
-
-
-@contextmanager
-def sql_statements(cp: CachedCheckpointer) -> Iterator[list[str]]:
-    seen: list[str] = []
-
-    def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
-        seen.append(statement)
-
-    engine = cp.inner.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
+from tests.servers import TcpProxy
 
 
 @pytest.fixture
@@ -51,22 +36,6 @@ async def repo(tmp_path: Path) -> AsyncIterator[CheckpointRepository]:
     await repository.asetup()
     yield repository
     await repository.aclose()
-
-
-@pytest.fixture
-async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
-    """A client on the test Redis; the tests' "cachetest:" keys are gone before and after."""
-    client = Redis.from_url(redis_url)
-
-    async def clear() -> None:
-        keys = [k async for k in client.scan_iter(match="cachetest:*")]
-        if keys:
-            await client.delete(*keys)
-
-    await clear()  # what an interrupted earlier run may have left
-    yield client
-    await clear()
-    await client.aclose()
 
 
 @pytest.fixture
@@ -122,10 +91,16 @@ def test_keys_are_verbatim_or_encoded_without_collisions() -> None:
 async def test_write_stores_the_state_with_its_version_and_ttl(
     cached: CachedCheckpointer, redis_client: Redis
 ) -> None:
-    assert await cached.aput_checkpoint(cfg(), {"a": 1}) == 1
+    config = cfg()
+    assert await cached.aput_checkpoint(config, {"a": 1}) == 1
     raw = await redis_client.get("cachetest:t1:alice")
     assert raw is not None and raw.startswith(b'{"__checkpoint_version__":1,')
-    assert tenxstore.serde.decode(raw) == {"__checkpoint_version__": 1, "a": 1}
+    life = config["_checkpoint_incarnation"]
+    assert tenxstore.serde.decode(raw) == {
+        "__checkpoint_version__": 1,
+        "__checkpoint_incarnation__": life,
+        "a": 1,
+    }
     assert 590_000 < await redis_client.pttl("cachetest:t1:alice") <= 600_000
 
 
@@ -133,8 +108,10 @@ async def test_no_ttl(wrap: Any, redis_url: str, redis_client: Redis) -> None:
     cp = wrap(redis_url=redis_url, key_prefix="cachetest", cache_ttl=None)
     await cp.aput_state(cfg("forever"), {})
     assert await redis_client.pttl("cachetest:forever:alice") == -1
-    assert tenxstore.serde.decode(await redis_client.get("cachetest:forever:alice")) == {
-        "__checkpoint_version__": 1
+    entry = tenxstore.serde.decode(await redis_client.get("cachetest:forever:alice"))
+    assert entry["__checkpoint_version__"] == 1 and set(entry) == {
+        "__checkpoint_version__",
+        "__checkpoint_incarnation__",
     }
 
 
@@ -214,13 +191,17 @@ async def test_cached_entries_respect_isolation(cached: CachedCheckpointer) -> N
     assert await cached.aget_state_cache(cfg(user="mallory")) is None
 
 
-async def test_clean_thread_drops_the_entry(
+async def test_clean_thread_fences_the_entry(
     cached: CachedCheckpointer, redis_client: Redis
 ) -> None:
     await cached.aput_state(cfg(), {"v": 1})
     assert await cached.aclean_thread(cfg()) is True
-    assert not await redis_client.exists("cachetest:t1:alice")
+    raw = await redis_client.get("cachetest:t1:alice")
+    assert raw is not None and raw.startswith(b'{"__checkpoint_fence__":')  # no state in it
+    assert 0 < await redis_client.pttl("cachetest:t1:alice") <= 60_000
     assert await cached.aget_state_cache(cfg()) is None
+    assert await cached.aput_state(cfg(), {"v": "new life"}) == 1  # a new life is cached
+    assert await cached.aget_state_cache(cfg()) == {"v": "new life"}
 
 
 async def test_a_stale_entry_after_a_crash_costs_one_conflict(cached: CachedCheckpointer) -> None:
@@ -236,6 +217,10 @@ async def test_a_stale_entry_after_a_crash_costs_one_conflict(cached: CachedChec
     assert await cached.aget_state_cache(retry) == {"n": 2}
     assert await cached.aput_state(retry, {"n": 3}) == 3
     assert await cached.aget_state(cfg()) == {"n": 3}
+
+
+def port_of(url: str) -> int:
+    return urlsplit(url).port or 6379
 
 
 def count_redis_commands(cp: CachedCheckpointer) -> list[str]:
@@ -266,8 +251,10 @@ async def test_a_refused_redis_is_ignored_and_not_retried_each_call(wrap: Any) -
     sent = count_redis_commands(cp)
     await exercise(cp)
     assert len(sent) == 1  # the first call failed; the window kept the rest away
-    assert cp._redis is not None and cp._redis.down_until > time.monotonic()
     assert await cp.aput_state_cache(cfg(), {"x": 1}, 1) is False
+    health = await cp.acheck()
+    assert health.cache_down_for > 0 and health.cache_error is not None
+    assert "unreachable" in health.cache_error
 
 
 @pytest.fixture
@@ -301,7 +288,7 @@ async def test_a_caller_client_is_bounded_too(wrap: Any, black_hole: int) -> Non
     # waits for the client's 30 s socket timeout and wait_for fails.
     assert await asyncio.wait_for(cp.aget_state_cache(cfg()), 10) is None
     assert sent == ["GET"]  # it was tried, and its failure opened the window
-    assert cp._redis is not None and cp._redis.down_until > time.monotonic()
+    assert (await cp.acheck()).cache_down_for > 0
     await patient.aclose()
 
 
@@ -320,7 +307,7 @@ async def test_redis_dies_and_returns(wrap: Any, tmp_path: Path) -> None:
             assert await cp.aget_state_cache(config) == {"n": n - 1}
             assert await cp.aput_state(config, {"n": n}) == n
         server.start()  # a new, empty Redis on the same port
-        await asyncio.sleep(cp._redis.backoff * 4 if cp._redis else 0)  # the window is a time
+        await asyncio.sleep(0.2)  # the 0.05 s window is a time: let it pass
         config = cfg()
         assert await cp.aget_state_cache(config) == {"n": 4}  # probe: miss, refresh
         with sql_statements(cp) as seen:
@@ -330,19 +317,28 @@ async def test_redis_dies_and_returns(wrap: Any, tmp_path: Path) -> None:
         server.kill()
 
 
-async def test_entries_that_went_stale_while_redis_was_unreachable_are_dropped(
+async def test_entries_that_went_stale_while_redis_was_unreachable_are_never_served(
     wrap: Any, redis_url: str, redis_client: Redis
 ) -> None:
-    cp = wrap(redis_url=redis_url, key_prefix="cachetest", redis_backoff=0.05)
-    await cp.aput_state(cfg(), {"n": 1})
-    assert cp._redis is not None
-    cp._redis.down_until = time.monotonic() + 0.05  # as after a failure: Redis not tried
-    await cp.aput_state(cfg(), {"n": 2})
-    assert await cp.aclean_thread(cfg()) is True
-    await asyncio.sleep(0.1)
-    assert await cp.aget_state_cache(cfg("other")) is None  # the first call that gets through
-    assert not await redis_client.exists("cachetest:t1:alice")
-    assert await cp.aget_state_cache(cfg()) is None
+    link = await TcpProxy(port_of(redis_url)).start()
+    try:
+        cp = wrap(redis_url=f"redis://127.0.0.1:{link.port}/0", key_prefix="cachetest")
+        cp_backoff = wrap(
+            redis_url=f"redis://127.0.0.1:{link.port}/0", key_prefix="cachetest", redis_backoff=0.05
+        )
+        await cp_backoff.aput_state(cfg(), {"n": 1})
+        assert await cp_backoff.aget_state_cache(cfg()) == {"n": 1}
+        link.cut()  # this process loses Redis; the entry stays there
+        assert await cp_backoff.aclean_thread(cfg()) is True
+        assert (await cp_backoff.acheck()).pending_invalidations >= 1
+        link.restore()
+        await asyncio.sleep(0.2)  # the 0.05 s window is a time: let it pass
+        # The very first read after Redis is back must not serve the deleted state.
+        assert await cp_backoff.aget_state_cache(cfg()) is None
+        assert await cp.aget_state_cache(cfg()) is None  # nor any other reader's
+        assert (await cp_backoff.acheck()).pending_invalidations == 0
+    finally:
+        await link.close()
 
 
 async def test_pg_checkpointer_arguments(redis_url: str, pg_url: str) -> None:
@@ -442,3 +438,59 @@ async def test_pg_checkpointer_through_pgbouncer(redis_url: str) -> None:
             assert await cp.aget_state(cfg("via-pgbouncer")) == {"n": 5}
     finally:
         await drop_schema(services.pg_url(), schema)
+
+
+class PausedAfterRead:
+    """A checkpointer whose database reads stop once they have the row, until released:
+    a refill that read before a delete and puts after it, on demand (no timing)."""
+
+    def __init__(self, inner: CheckpointRepository) -> None:
+        self._inner = inner
+        self.has_read, self.release = asyncio.Event(), asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def aget_state(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        state = await self._inner.aget_state(config)
+        self.has_read.set()
+        await self.release.wait()
+        return state
+
+
+@pytest.mark.parametrize("then", ["deleted", "deleted-and-recreated"])
+async def test_a_refill_that_read_before_a_delete_never_lands(
+    repo: CheckpointRepository, wrap: Any, redis_url: str, redis_client: Redis, then: str
+) -> None:
+    writer = wrap(redis_url=redis_url, key_prefix="cachetest")
+    paused = PausedAfterRead(repo)
+    reader = wrap(redis_url=redis_url, key_prefix="cachetest")
+    reader.inner = paused  # the same store, read through the pausing checkpointer
+    for n in (1, 2, 3, 4, 5):
+        await writer.aput_state(cfg(), {"secret": n})
+    await redis_client.delete("cachetest:t1:alice")  # evicted: the next read refills
+    refill = asyncio.ensure_future(reader.aget_state_cache(cfg()))
+    await paused.has_read.wait()  # the reader holds version 5 from the database
+    assert await writer.aclean_thread(cfg()) is True
+    if then == "deleted-and-recreated":
+        assert await writer.aput_state(cfg(), {"secret": "new life"}) == 1
+    paused.release.set()
+    assert await refill == {"secret": 5}  # it read before the delete: that is what it saw
+    expected = None if then == "deleted" else {"secret": "new life"}
+    for cp in (writer, reader):
+        for _ in range(3):
+            assert await cp.aget_state_cache(cfg()) == expected
+
+
+async def test_an_unscoped_write_or_delete_invalidates_the_owners_entry(
+    cached: CachedCheckpointer,
+) -> None:
+    admin = {"thread_id": "t1", "auth_policy": AuthPolicy(enforce_user_isolation=False)}
+    await cached.aput_state(cfg(), {"v": "alice's 1"})
+    assert await cached.aget_state_cache(cfg()) == {"v": "alice's 1"}  # cached for alice
+    await cached.aput_state(dict(admin), {"v": "admin's 2"})
+    assert await cached.aget_state_cache(cfg()) == {"v": "admin's 2"}
+    assert await cached.aget_state_cache(dict(admin)) == {"v": "admin's 2"}
+    assert await cached.aclean_thread(dict(admin)) is True
+    assert await cached.aget_state_cache(cfg()) is None
+    assert await cached.aget_state_cache(dict(admin)) is None

@@ -189,7 +189,7 @@ async def test_bad_arguments(cp: CheckpointRepository) -> None:
     ):
         with pytest.raises(ConfigError):
             await call
-    with pytest.raises(SerializationError):
+    with pytest.raises(ConfigError):  # an argument, like every other id
         await cp.aget_messages(cfg(), after_id="")
     with pytest.raises(SerializationError):
         await cp.aput_thread(cfg(), name=5)  # type: ignore[arg-type]
@@ -220,3 +220,35 @@ def test_constructor_refuses_unsupported_urls_and_sqlite_schemas() -> None:
             CheckpointRepository(url)
     with pytest.raises(ValueError):
         CheckpointRepository("sqlite:///x.db", schema="s")
+
+
+NOT_A_POLICY = [
+    {"enforce_user_isolation": False},
+    {"enforce_user_isolation": "false"},
+    False,
+    0,
+    "off",
+    ["enforce_user_isolation", False],
+]
+
+
+@pytest.mark.parametrize("policy", NOT_A_POLICY, ids=repr)
+@pytest.mark.parametrize("nested", [False, True], ids=["top", "configurable"])
+async def test_only_an_auth_policy_object_lifts_isolation(
+    cp: CheckpointRepository, policy: Any, nested: bool
+) -> None:
+    await cp.aput_checkpoint(cfg(), {"secret": "alice's"}, [{"id": "m", "c": "private"}])
+    keys = {"thread_id": "t1", "user_id": "bob", "auth_policy": policy}
+    config = {"configurable": keys} if nested else keys
+    for call in (
+        cp.aget_state(dict(config)),
+        cp.aget_state_cache(dict(config)),
+        cp.aget_messages(dict(config)),
+        cp.alist_states(dict(config)),
+        cp.alist_threads(dict(config)),
+        cp.aput_state(dict(config), {"secret": "bob's"}),
+        cp.aclean_thread(dict(config)),
+    ):
+        with pytest.raises(ConfigError, match="AuthPolicy"):
+            await call
+    assert await cp.aget_state(cfg()) == {"secret": "alice's"}

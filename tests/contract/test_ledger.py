@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,8 @@ from tenxstore import (
     ConfigError,
     SerializationError,
     ThreadOwnershipError,
+    ToolExecution,
+    ToolExecutionClaimLost,
     ToolExecutionInProgress,
     ToolExecutionMismatch,
     ToolExecutionNotFound,
@@ -115,18 +119,115 @@ async def test_failure_is_recorded_then_retried(cp: CheckpointRepository) -> Non
     assert record.error is None
 
 
+async def lease_for(backend: Backend) -> float:
+    """A lease long enough that the checks inside it finish before it ends, measured on
+    this backend now (a busy 2-core machine is slow), and short enough to wait out."""
+    probe = await backend.make()
+    started = time.perf_counter()
+    for i in range(3):
+        await probe.abegin_tool_execution(cfg("probe"), f"p{i}", "probe", {})
+    per_call = (time.perf_counter() - started) / 3
+    return min(max(0.3, 40 * per_call), 5.0)
+
+
+async def until_expired(record: ToolExecution) -> None:
+    """Wait for a claim's lease to end (on the database's clock, this host's here)."""
+    assert record.lease_expires_at is not None
+    left = (record.lease_expires_at - datetime.now(timezone.utc)).total_seconds()
+    await asyncio.sleep(max(0.0, left) + 0.02)  # the lease is a time: let it pass
+
+
 async def test_an_expired_lease_is_taken_over(backend: Backend) -> None:
-    cp = await backend.make(tool_lease_seconds=0.05)
+    cp = await backend.make(tool_lease_seconds=await lease_for(backend))
     first = await cp.abegin_tool_execution(cfg(), "slow", "crawl", {"url": "u"})
-    assert first.lease_expires_at is not None
     with pytest.raises(ToolExecutionInProgress) as err:
         await cp.abegin_tool_execution(cfg(), "slow", "crawl", {"url": "u"})
     assert err.value.tool_call_id == "slow"
-    await asyncio.sleep(0.1)  # the lease is a time: let it pass
+    assert err.value.lease_expires_at == first.lease_expires_at
+    await until_expired(first)
     second = await cp.abegin_tool_execution(cfg(), "slow", "crawl", {"url": "u"})
     assert (second.status, second.attempts) == ("started", 2)
-    done = await cp.acomplete_tool_execution(cfg(), "slow", "page")
+    done = await cp.acomplete_tool_execution(cfg(), "slow", "page", attempt=second.attempts)
     assert (done.attempts, done.result) == (2, "page")
+
+
+async def test_a_stale_worker_never_frees_a_live_claim(backend: Backend) -> None:
+    cp = await backend.make(tool_lease_seconds=await lease_for(backend))
+    a = await cp.abegin_tool_execution(cfg(), "pay", "charge", {"amount": 5})
+    await until_expired(a)
+    b = await cp.abegin_tool_execution(cfg(), "pay", "charge", {"amount": 5})
+    assert b.attempts == a.attempts + 1
+    # A's body fails late: refused, and B's claim stays live.
+    with pytest.raises(ToolExecutionClaimLost) as lost:
+        await cp.afail_tool_execution(cfg(), "pay", "A gave up", attempt=a.attempts)
+    assert (lost.value.attempt, lost.value.current_attempt) == (1, 2)
+    with pytest.raises(ToolExecutionInProgress):
+        await cp.abegin_tool_execution(cfg(), "pay", "charge", {"amount": 5})
+    # A's late success does not overwrite B's live claim either.
+    with pytest.raises(ToolExecutionClaimLost):
+        await cp.acomplete_tool_execution(cfg(), "pay", "paid by A", attempt=a.attempts)
+    record = await cp.aget_tool_execution(cfg(), "pay")
+    assert record is not None and (record.status, record.attempts) == ("started", 2)
+    # Once B's claim has expired too, a late success is still the first success.
+    await until_expired(b)
+    late = await cp.acomplete_tool_execution(cfg(), "pay", "paid by A", attempt=a.attempts)
+    assert (late.status, late.result) == ("succeeded", "paid by A")
+    assert await cp.acomplete_tool_execution(cfg(), "pay", "paid by B", attempt=b.attempts) == late
+
+
+async def test_a_cancelled_call_gives_its_claim_back(cp: CheckpointRepository) -> None:
+    running = asyncio.Event()
+
+    async def hangs() -> str:
+        running.set()
+        await asyncio.Event().wait()  # until cancelled
+        return "never"
+
+    call = asyncio.ensure_future(cp.arun_tool_once(cfg(), "c", "crawl", {}, hangs))
+    await running.wait()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    record = await cp.aget_tool_execution(cfg(), "c")
+    assert record is not None and record.status == "failed"
+    assert record.error is not None and "cancelled" in record.error
+    # The next call claims at once (lease 900 s): it does not wait the lease out.
+    assert await cp.arun_tool_once(cfg(), "c", "crawl", {}, lambda: "page") == "page"
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(cp.arun_tool_once(cfg(), "d", "crawl", {}, hangs), 0.2)
+    again = await cp.aget_tool_execution(cfg(), "d")
+    assert again is not None and again.status == "failed"
+
+
+async def test_a_cancellation_after_the_body_returned_records_its_result(
+    cp: CheckpointRepository,
+) -> None:
+    ran: list[int] = []
+
+    async def pays() -> str:
+        ran.append(1)
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()  # arrives at the next await: recording the result
+        return "paid"
+
+    with pytest.raises(asyncio.CancelledError):
+        await cp.arun_tool_once(cfg(), "pay", "charge", {}, pays)
+    record = await cp.aget_tool_execution(cfg(), "pay")
+    assert record is not None and (record.status, record.result) == ("succeeded", "paid")
+    assert await cp.arun_tool_once(cfg(), "pay", "charge", {}, pays) == "paid"
+    assert ran == [1]
+
+
+async def test_arguments_are_compared_as_typed_json(cp: CheckpointRepository) -> None:
+    assert await cp.arun_tool_once(cfg(), "pay", "charge", {"amount": 1}, lambda amount: amount)
+    for other in ({"amount": True}, {"amount": 1.0}, {"amount": "1"}, {"amount": [1]}):
+        with pytest.raises(ToolExecutionMismatch):
+            await cp.arun_tool_once(cfg(), "pay", "charge", other, lambda amount: amount)
+    nested = {"a": {"x": 1, "y": [1, 2]}, "b": 2}
+    await cp.arun_tool_once(cfg(), "n", "t", nested, lambda a, b: b)
+    same = {"b": 2, "a": {"y": [1, 2], "x": 1}}  # key order is not part of a call
+    assert await cp.arun_tool_once(cfg(), "n", "t", same, lambda a, b: -1) == 2
 
 
 async def test_mismatch_not_found_and_bad_input(cp: CheckpointRepository) -> None:
@@ -158,12 +259,20 @@ async def test_mismatch_not_found_and_bad_input(cp: CheckpointRepository) -> Non
     assert await cp.aget_tool_execution(cfg(), "d") is None
 
 
-async def test_unserializable_result_is_a_recorded_failure(cp: CheckpointRepository) -> None:
-    with pytest.raises(SerializationError):
-        await cp.arun_tool_once(cfg(), "u", "make", {}, lambda: {"obj": object()})
+async def test_a_result_that_cannot_be_stored_is_not_run_again(cp: CheckpointRepository) -> None:
+    ran: list[int] = []
+
+    def make() -> dict[str, Any]:
+        ran.append(1)
+        return {"when": datetime.now(timezone.utc)}  # the side effect happened
+
+    for _ in range(3):
+        with pytest.raises(SerializationError, match="cannot be stored"):
+            await cp.arun_tool_once(cfg(), "u", "make", {}, make)
+    assert ran == [1]
     record = await cp.aget_tool_execution(cfg(), "u")
-    assert record is not None and record.status == "failed"
-    assert record.error is not None and "unserializable" in record.error
+    assert record is not None and (record.status, record.result) == ("succeeded", None)
+    assert record.error is not None and "cannot be stored" in record.error
 
 
 async def test_the_ledger_obeys_isolation(cp: CheckpointRepository) -> None:

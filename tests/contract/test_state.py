@@ -175,3 +175,56 @@ async def test_in_memory_needs_no_setup() -> None:
     async with InMemoryCheckpointer() as cp:
         assert await cp.aget_state(cfg()) is None
         assert await cp.aput_state(cfg(), {"x": 1}) == 1
+
+
+@pytest.mark.parametrize("read", ["aget_state", "aget_state_cache"])
+async def test_a_read_from_before_a_delete_never_writes(
+    cp: CheckpointRepository, read: str
+) -> None:
+    for n in (1, 2, 3):
+        await cp.aput_state(cfg(), {"life": 1, "n": n})
+    old_run = cfg()
+    assert await getattr(cp, read)(old_run) == {"life": 1, "n": 3}
+    assert old_run["_checkpoint_version"] == 3
+    assert await cp.aclean_thread(cfg()) is True
+    fresh = cfg()
+    assert await cp.aget_state(fresh) is None and fresh["_checkpoint_version"] == 0
+    for n in (1, 2, 3):  # a new life of the same id reaches the same version
+        assert await cp.aput_state(cfg(), {"life": 2, "n": n}) == n
+    with pytest.raises(StaleStateError) as err:
+        await cp.aput_state(old_run, {"life": 1, "n": 4})
+    assert err.value.replaced and (err.value.expected_version, err.value.actual_version) == (3, 3)
+    assert "deleted or replaced" in str(err.value)
+    assert await cp.aget_state(cfg()) == {"life": 2, "n": 3}
+    assert await getattr(cp, read)(old_run) == {"life": 2, "n": 3}  # re-read, then it works
+    assert await cp.aput_state(old_run, {"life": 2, "n": 4}) == 4
+
+
+async def test_a_read_from_before_an_import_replace_never_writes(cp: CheckpointRepository) -> None:
+    for n in (1, 2, 3):
+        await cp.aput_state(cfg(), {"n": n})
+    backup = await cp.aexport_thread(cfg())
+    assert backup is not None
+    old_run = cfg()
+    await cp.aget_state_cache(old_run)  # read at version 3
+    await cp.aput_state(cfg(), {"n": 4})
+    assert await cp.aimport_thread(backup, on_conflict="replace") == "replaced"  # at 3 again
+    with pytest.raises(StaleStateError) as err:
+        await cp.aput_state(old_run, {"n": "overwrites the restore"})
+    assert err.value.replaced
+    assert await cp.aget_state_cache(cfg()) == {"n": 3}
+
+
+async def test_the_incarnation_is_recorded_beside_the_version(cp: CheckpointRepository) -> None:
+    config: dict[str, Any] = {"configurable": {"thread_id": "t", "user_id": "u"}}
+    await cp.aput_state(config, {"x": 1})
+    life = config["configurable"]["_checkpoint_incarnation"]
+    assert isinstance(life, int) and isinstance(config["configurable"]["_checkpoint_version"], int)
+    reader = {"thread_id": "t", "user_id": "u"}
+    await cp.aget_state_cache(reader)
+    assert reader["_checkpoint_incarnation"] == life
+    await cp.aclean_thread(reader)
+    await cp.aget_state(reader)  # no thread: nothing to record beside version 0
+    assert reader["_checkpoint_version"] == 0 and "_checkpoint_incarnation" not in reader
+    await cp.aput_state(reader, {"x": "again"})
+    assert reader["_checkpoint_incarnation"] > life  # every new life is a larger number

@@ -14,7 +14,7 @@ pytest.importorskip("langgraph.graph", reason="the bench extra is not installed"
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 
-from tenxstore import StaleStateError, ThreadOwnershipError
+from tenxstore import AuthPolicy, ConfigError, StaleStateError, ThreadOwnershipError
 from tenxstore.langgraph import TenxCheckpointSaver
 from tests.conftest import Backend
 
@@ -112,3 +112,60 @@ async def test_a_graph_resumes_after_a_crash(backend: Backend) -> None:
     result = await graph.ainvoke(None, config)  # resume from the last checkpoint
     assert result == {"steps": ["plan", "act"]}
     assert ran == ["plan", "act", "act"]  # plan was not run again
+
+
+async def test_config_less_calls_need_an_authority_under_isolation(backend: Backend) -> None:
+    cp = await backend.make()
+    saver = TenxCheckpointSaver(cp)
+    alice, mallory = saver.for_user("alice"), saver.for_user("mallory")
+    await put(alice, root("a1"), 0)
+    await put(alice, root("a2"), 0)
+    await put(mallory, root("m1"), 0)
+    for call in (
+        saver.adelete_thread("a1"),
+        saver.acopy_thread("a1", "stolen"),
+        saver.aprune(["a1"], strategy="delete"),
+    ):
+        with pytest.raises(ConfigError, match="for_user"):
+            await call
+    for call in (
+        mallory.adelete_thread("a1"),
+        mallory.acopy_thread("m1", "a2"),  # would overwrite alice's thread
+        mallory.aprune(["a1"], strategy="delete"),
+    ):
+        with pytest.raises(ThreadOwnershipError):
+            await call
+    await mallory.acopy_thread("a1", "m-copy")  # another user's source reads as absent
+    assert await mallory.aget_tuple(root("m-copy")) is None
+    for thread in ("a1", "a2"):
+        assert await alice.aget_tuple(root(thread)) is not None  # nothing of alice's moved
+    with pytest.raises(ConfigError):  # a bound saver acts for its user only
+        await alice.aget_tuple(root("a1", user_id="mallory"))
+    # The owner's own saver, and an operator's, may.
+    await alice.acopy_thread("a1", "a1-copy")
+    assert await alice.aget_tuple(root("a1-copy")) is not None
+    await alice.adelete_thread("a1")
+    assert await alice.aget_tuple(root("a1")) is None
+    operator = TenxCheckpointSaver(cp, auth_policy=AuthPolicy(enforce_user_isolation=False))
+    await operator.aprune(["m1"], strategy="delete")
+    assert await mallory.aget_tuple(root("m1")) is None
+
+
+async def test_a_config_value_never_lifts_the_savers_isolation(backend: Backend) -> None:
+    saver = TenxCheckpointSaver(await backend.make())
+    await put(saver, root("private", user_id="alice"), 0)
+    lifted = root("private", user_id="bob", auth_policy={"enforce_user_isolation": False})
+    with pytest.raises(ConfigError, match="AuthPolicy"):
+        await saver.aget_tuple(lifted)
+    with pytest.raises(ConfigError, match="AuthPolicy"):
+        await put(saver, lifted, 1)
+
+
+async def test_a_user_lists_their_own_checkpoints(backend: Backend) -> None:
+    saver = TenxCheckpointSaver(await backend.make())
+    for thread, user in (("a1", "alice"), ("a2", "alice"), ("b1", "bob")):
+        await put(saver, root(thread, user_id=user), 0)
+    mine = [t async for t in saver.alist({"configurable": {"user_id": "alice"}})]
+    assert sorted(t.config["configurable"]["thread_id"] for t in mine) == ["a1", "a2"]
+    with pytest.raises(ConfigError):  # no user, isolation on: nobody's list
+        [t async for t in saver.alist(None)]

@@ -11,7 +11,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from tenxstore import AuthPolicy, CachedCheckpointer, CheckpointRepository, StaleStateError
 from tests import services
-from tests.cache.test_cache import sql_statements
+from tests.cache.conftest import sql_statements
 from tests.conftest import cfg
 
 

@@ -1,0 +1,123 @@
+"""Resources bound to an event loop: one per loop that uses them, closed at its shutdown.
+
+asyncpg and redis-py connections belong to the loop that opened them. A checkpointer
+that lives longer than one loop — ``asyncio.run`` per request in a script, a Celery
+task, a sync web app, LangGraph's sync API from worker threads — must not reuse them
+on the next loop, and must not leave them to the garbage collector either (unclosed
+sockets). :class:`PerLoop` gives each running loop its own resource and closes it when
+that loop shuts down: it registers an async generator with the loop, and the loop
+closes its async generators as it shuts down (``asyncio.run`` and ``asyncio.Runner``
+do, in ``loop.shutdown_asyncgens()``), while it can still run the closing awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Generic, TypeVar
+
+__all__ = ["PerLoop"]
+
+T = TypeVar("T")
+
+
+class PerLoop(Generic[T]):
+    """A resource for each event loop that uses it.
+
+    Args:
+        first: The resource made at construction; the first loop (and every later one
+            once the loop before it has shut down) uses it.
+        make: Makes another for a loop that runs while ``first`` is in use on another
+            (None: only ``first`` exists, as for a resource the caller owns).
+        close: Closes a resource when its loop shuts down; ``first`` is then ready for
+            the next loop (None: nothing to close).
+        reset: Makes ``first`` usable again when its loop closed without shutting
+            down properly (its connections are lost).
+        foreign: Called with ``first`` when a caller-owned resource is asked for on a
+            loop other than its own (the old loop, or None); may raise.
+    """
+
+    def __init__(
+        self,
+        first: T,
+        *,
+        make: Callable[[], T] | None = None,
+        close: Callable[[T], Awaitable[None]] | None = None,
+        reset: Callable[[T], None] | None = None,
+        foreign: Callable[[T, asyncio.AbstractEventLoop | None], None] | None = None,
+    ) -> None:
+        self.first = first
+        self._make, self._close, self._reset, self._foreign = make, close, reset, foreign
+        self._bound: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, T] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._first_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self._keepers: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, AsyncGenerator[None, None]
+        ] = weakref.WeakKeyDictionary()
+
+    def current(self) -> T:
+        """The resource of the running loop, else ``first``."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return self.first
+        return self._bound.get(loop, self.first)
+
+    def all(self) -> list[T]:
+        """Every resource in use, ``first`` included."""
+        return [self.first, *(r for r in self._bound.values() if r is not self.first)]
+
+    async def get(self) -> T:
+        """The resource of the running loop, bound to it on first use."""
+        loop = asyncio.get_running_loop()
+        found = self._bound.get(loop)
+        if found is not None:
+            return found
+        owner = self._first_loop() if self._first_loop is not None else None
+        if owner is None or owner.is_closed() or owner not in self._bound:
+            if owner is not None and owner.is_closed() and self._reset is not None:
+                self._reset(self.first)  # its loop ended without shutting down
+            if self._foreign is not None and owner is not None:
+                self._foreign(self.first, owner)
+            resource = self.first
+            self._first_loop = weakref.ref(loop)
+        elif self._make is not None:
+            resource = self._make()
+        else:
+            if self._foreign is not None:
+                self._foreign(self.first, owner)
+            return self.first
+        self._bound[loop] = resource
+        if self._close is not None:
+            keeper = self._keep(loop, resource)
+            await keeper.__anext__()  # the loop now closes it as it shuts down
+            self._keepers[loop] = keeper
+        return resource
+
+    async def _keep(
+        self, loop: asyncio.AbstractEventLoop, resource: T
+    ) -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            self._bound.pop(loop, None)
+            self._keepers.pop(loop, None)
+            assert self._close is not None
+            await self._close(resource)
+
+    async def aclose_current(self) -> None:
+        """Close the running loop's resource now, and ``first`` when no other live loop
+        uses it (it may have been used without binding: :meth:`current`)."""
+        loop = asyncio.get_running_loop()
+        resource = self._bound.pop(loop, None)
+        keeper = self._keepers.pop(loop, None)
+        if keeper is not None:
+            await keeper.aclose()
+        elif resource is not None and self._close is not None:
+            await self._close(resource)
+        owner = self._first_loop() if self._first_loop is not None else None
+        elsewhere = owner is not None and owner is not loop and owner in self._bound
+        if resource is not self.first and not elsewhere and self._close is not None:
+            await self._close(self.first)

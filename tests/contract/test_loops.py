@@ -1,0 +1,139 @@
+"""One long-lived checkpointer, many event loops: ``asyncio.run`` per request, loops in
+worker threads, and engines or clients the caller bound to a loop that has ended."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import create_async_engine
+
+import tenxstore
+from tenxstore import CachedCheckpointer, CheckpointRepository, ConfigError
+from tests import services
+from tests.conftest import cfg, drop_schema, new_schema
+
+NAMES = ["memory", "sqlite", "postgresql", "pgbouncer", "sqlite+redis", "postgresql+redis"]
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    name = new_schema()
+    yield name
+    asyncio.run(drop_schema(services.pg_url(), name))
+
+
+def make(name: str, tmp_path: Path, schema: str) -> Any:
+    """A checkpointer made outside any event loop, as a module-level global would be."""
+    if name == "memory":
+        return tenxstore.InMemoryCheckpointer()
+    if name.startswith("sqlite"):
+        repo = CheckpointRepository(f"sqlite:///{tmp_path / 'loops.db'}")
+    elif name == "pgbouncer":
+        repo = CheckpointRepository(
+            services.pgbouncer_url(), schema=schema, pool_mode="transaction"
+        )
+    else:
+        repo = CheckpointRepository(services.pg_url(), schema=schema)
+    if name.endswith("+redis"):
+        return CachedCheckpointer(repo, redis_url=services.redis_url(), key_prefix=schema)
+    return repo
+
+
+async def turn(cp: Any, n: int, thread: str = "t1") -> int:
+    """One request: read through the cache, write the next state."""
+    config = cfg(thread)
+    state = await cp.aget_state_cache(config) or {"n": 0}
+    assert state["n"] == n
+    version: int = await cp.aput_state(config, {"n": n + 1})
+    return version
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_asyncio_run_per_request(name: str, tmp_path: Path, schema: str) -> None:
+    cp = make(name, tmp_path, schema)
+    cp.setup()
+    for n in range(4):
+        assert asyncio.run(turn(cp, n)) == n + 1
+    asyncio.run(cp.aclose())
+    gc.collect()  # a connection left to the collector warns here, and warnings are errors
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_loop_in_a_worker_thread_beside_the_main_one(
+    name: str, tmp_path: Path, schema: str
+) -> None:
+    cp = make(name, tmp_path, schema)
+    cp.setup()
+
+    async def main() -> None:
+        assert await turn(cp, 0, "main") == 1
+        # LangGraph's sync API from a worker thread runs its own loop meanwhile.
+        assert await asyncio.to_thread(asyncio.run, turn(cp, 0, "worker")) == 1
+        assert await turn(cp, 1, "main") == 2
+        await cp.aclose()
+
+    asyncio.run(main())
+    gc.collect()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_callers_engine_bound_to_a_dead_loop_is_a_config_error(schema: str) -> None:
+    url = services.pg_url().replace("postgresql://", "postgresql+asyncpg://")
+    engine = create_async_engine(url)
+    cp = CheckpointRepository(engine, schema=schema)
+    cp.setup()
+    assert asyncio.run(turn(cp, 0)) == 1  # the engine's pool now holds that loop's connection
+    with pytest.raises(ConfigError, match="closed"):
+        asyncio.run(cp.aget_state(cfg()))
+    engine.sync_engine.dispose(close=False)  # the caller's to clean up: a dead loop's sockets
+    gc.collect()  # they warn now, in this test, where that is expected
+
+
+def test_a_callers_engine_in_use_on_another_loop_is_a_config_error(schema: str) -> None:
+    url = services.pg_url().replace("postgresql://", "postgresql+asyncpg://")
+
+    async def main() -> None:
+        engine = create_async_engine(url)
+        cp = CheckpointRepository(engine, schema=schema)
+        await cp.asetup()
+        assert await turn(cp, 0) == 1
+        with pytest.raises(ConfigError, match="another event loop"):
+            await asyncio.to_thread(asyncio.run, cp.aget_state(cfg()))
+        await engine.dispose()
+
+    asyncio.run(main())
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_callers_redis_bound_to_a_dead_loop_fails_open(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = Redis.from_url(services.redis_url())
+    repo = CheckpointRepository(f"sqlite:///{tmp_path / 'r.db'}")
+    prefix = f"loops-{uuid.uuid4().hex}"
+    cp = CachedCheckpointer(repo, redis=client, key_prefix=prefix)
+    cp.setup()
+    assert asyncio.run(turn(cp, 0)) == 1
+    with caplog.at_level(logging.WARNING, logger="tenxstore.cache"):
+        # The write commits, then the client of the dead loop fails: the call still
+        # returns its version, and the failure is logged, never raised.
+        assert asyncio.run(turn(cp, 1)) == 2
+    assert any("redis" in r.getMessage() for r in caplog.records)
+    assert asyncio.run(cp.aget_state(cfg())) == {"n": 2}
+    asyncio.run(repo.aclose())
+    del client, cp
+    gc.collect()  # the caller's client of the dead loop warns now, in this test
+
+    async def forget() -> None:
+        async with Redis.from_url(services.redis_url()) as redis:
+            await redis.delete(f"{prefix}:t1:alice")
+
+    asyncio.run(forget())
