@@ -28,6 +28,7 @@ import asyncio
 import hashlib
 import logging
 import re
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -170,6 +171,17 @@ def decode_entry(raw: bytes) -> Entry | None:
     return Entry(data, version, incarnation)
 
 
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return False
+        if isinstance(seen, kind):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _problem(exc: BaseException) -> str:
     """What an operator should check, by the class of a Redis failure."""
     if isinstance(exc, AuthenticationError):
@@ -178,8 +190,11 @@ def _problem(exc: BaseException) -> str:
         return "the Redis user may not run these commands (GET, SET, EVALSHA, DEL)"
     if isinstance(exc, ResponseError):
         return f"Redis refused a command ({exc}); a wrong database index or a server setting"
+    if _caused_by(exc, ssl.SSLError):
+        return "the TLS handshake with Redis failed: use rediss:// only if Redis serves TLS"
     if isinstance(exc, (ConnectionError, OSError)):
-        return f"Redis is unreachable ({exc}); is it running, and does it need TLS (rediss://)?"
+        detail = str(exc) or type(exc).__name__
+        return f"Redis is unreachable ({detail}); is it running, and does it need TLS (rediss://)?"
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return "Redis did not answer in time"
     return f"Redis failed unexpectedly: {type(exc).__name__}: {exc}"

@@ -9,6 +9,9 @@ writes one: decoding reads the mark and picks the parser that round-trips exactl
 
 U+0000 is written as the escape ``\\u0000`` by both encoders, which is why the
 columns are ``TEXT`` and not PostgreSQL ``JSONB`` (JSONB rejects that escape).
+
+Nesting is bounded by :data:`MAX_DEPTH` (254, orjson's own limit): a value nested
+deeper is refused as soon as validation reaches that depth.
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ import orjson
 
 from .errors import SerializationError
 
-__all__ = ["RESERVED_KEY", "decode", "encode", "encode_state"]
+__all__ = ["MAX_DEPTH", "RESERVED_KEY", "decode", "encode", "encode_state"]
 
 RESERVED_KEY = "__checkpoint_version__"
+MAX_DEPTH = 254
+"""Objects and arrays nested more than this deep are refused (SerializationError):
+orjson's own limit, and far beyond what a conversation needs."""
 _STDLIB_MARK = " "
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
@@ -32,36 +38,63 @@ def _refuse(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _check_tree(value: Any, path: str) -> bool:
+Path = tuple[Any, "Path"] | None
+"""Where a value sits, as a linked list back to the root: (key or index, parent)."""
+
+
+def _path(what: str, where: Path) -> str:
+    steps: list[str] = []
+    while where is not None:
+        step, where = where
+        steps.append(f"[{step!r}]")
+    return what + "".join(reversed(steps))
+
+
+def _check_tree(value: Any, what: str) -> bool:
     """Walk ``value``; raise SerializationError where it is not JSON.
+
+    Linear in time and memory (each pending item holds its depth and a link to its
+    parent, not its path) and bounded in depth: nesting beyond :data:`MAX_DEPTH`
+    is refused as soon as the walk reaches it.
 
     Returns True when it holds a non-finite float (which orjson turns into null).
     """
     nonfinite = False
-    stack: list[tuple[Any, str]] = [(value, path)]
+    stack: list[tuple[Any, int, Path]] = [(value, 0, None)]
     while stack:
-        item, where = stack.pop()
+        item, depth, where = stack.pop()
         if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise SerializationError(f"{where}: string is not valid Unicode ({exc})") from exc
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise SerializationError(
+                        f"{_path(what, where)}: string is not valid Unicode ({exc.reason})"
+                    ) from None
         elif item is None or isinstance(item, (bool, int)):
             continue
         elif isinstance(item, float):
             nonfinite = nonfinite or not math.isfinite(item)
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                if not isinstance(key, str):
-                    raise SerializationError(
-                        f"{where}: key {key!r} is a {type(key).__name__}; JSON keys are str"
-                    )
-                stack.append((key, f"{where}[{key!r}]"))
-                stack.append((child, f"{where}[{key!r}]"))
-        elif isinstance(item, (list, tuple)):
-            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+        elif isinstance(item, (dict, list, tuple)):
+            if depth >= MAX_DEPTH:
+                raise SerializationError(
+                    f"{_path(what, where)}: nested more than {MAX_DEPTH} levels deep"
+                )
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if not isinstance(key, str):
+                        raise SerializationError(
+                            f"{_path(what, where)}: key {key!r} is a {type(key).__name__}; "
+                            "JSON keys are str"
+                        )
+                    stack.append((key, depth + 1, where))
+                    stack.append((child, depth + 1, (key, where)))
+            else:
+                stack.extend((child, depth + 1, (i, where)) for i, child in enumerate(item))
         else:
-            raise SerializationError(f"{where}: {type(item).__name__} is not JSON serializable")
+            raise SerializationError(
+                f"{_path(what, where)}: {type(item).__name__} is not JSON serializable"
+            )
     return nonfinite
 
 

@@ -42,8 +42,9 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], what: str) -> Non
 class RedisServer:
     """A redis-server of our own on a spare loopback port, to kill and restart."""
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
+    def __init__(self, directory: Path, port: int | None = None, args: tuple[str, ...] = ()):
         self.port, self.directory = port or free_port(), directory
+        self.args = args  # more redis-server options, e.g. ("--requirepass", "secret")
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -64,6 +65,7 @@ class RedisServer:
                 "no",
                 "--dir",
                 str(self.directory),
+                *self.args,
             ],
             stdout=subprocess.DEVNULL,
         )

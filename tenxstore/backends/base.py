@@ -225,15 +225,21 @@ class Backend(ABC):
 
         Raises:
             DatabaseUnavailable: The database cannot be reached or refused us.
-            ConnectionLost: The connection broke while it was being set up (nothing
-                was sent of the caller's work).
+            ConnectionLost: The connection broke while it was being set up, twice
+                (nothing of the caller's work was sent).
         """
         engine, read_engine = await self._engines.get()
-        conn = (read_engine if read else engine).connect()
-        try:
-            await conn.start()
-        except (DBAPIError, OSError, asyncio.TimeoutError) as exc:
-            raise self.opening_failed(exc) from exc
+        for attempt in (1, 2):
+            conn = (read_engine if read else engine).connect()
+            try:
+                await conn.start()
+                break
+            except (DBAPIError, OSError, asyncio.TimeoutError) as exc:
+                failure = self.opening_failed(exc)
+                # Nothing of the caller's work was sent: a connection that broke while it
+                # was being set up is opened once more; a refusal is final.
+                if attempt == 2 or not isinstance(failure, ConnectionLost):
+                    raise failure from exc
         try:
             yield conn
         finally:
@@ -271,9 +277,6 @@ class Backend(ABC):
             except DBAPIError as exc:
                 if attempt == 2 or not exc.connection_invalidated:
                     raise self.translate(exc, committing=False) from exc
-            except ConnectionLost:
-                if attempt == 2:
-                    raise
         raise AssertionError("unreachable")
 
     @asynccontextmanager

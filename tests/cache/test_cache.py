@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -494,3 +495,63 @@ async def test_an_unscoped_write_or_delete_invalidates_the_owners_entry(
     assert await cached.aclean_thread(dict(admin)) is True
     assert await cached.aget_state_cache(cfg()) is None
     assert await cached.aget_state_cache(dict(admin)) is None
+
+
+async def test_a_redis_that_refuses_us_is_named_once_and_in_the_health_check(
+    wrap: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = services.RedisServer(tmp_path, args=("--requirepass", "right"))
+    server.start()
+    try:
+        for url, problem in (
+            (f"redis://:wrong@127.0.0.1:{server.port}/0", "credentials"),
+            (f"redis://:right@127.0.0.1:{server.port}/99", "database index"),
+            (f"redis://127.0.0.1:{server.port}/0", "credentials"),  # no password at all
+        ):
+            cp = wrap(redis_url=url, redis_backoff=0.01)
+            caplog.clear()
+            with caplog.at_level(logging.DEBUG, logger="tenxstore.cache"):
+                for _ in range(3):
+                    await exercise(cp, rounds=2)  # every call is served by the database
+                    await asyncio.sleep(0.1)  # the window is a time: Redis is tried again
+            loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+            assert len(loud) == 1 and problem in loud[0].getMessage(), loud
+            failures = [r for r in caplog.records if "failed" in r.getMessage()]
+            assert len(failures) >= 2  # tried again after each window: quietly
+            health = await cp.acheck()
+            assert health.cache_error is not None and problem in health.cache_error
+            assert not health.ok and health.database_error is None
+    finally:
+        server.kill()
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"not json",
+        b'{"__checkpoint_version__":1,"a":',
+        b"[1, 2]",
+        b'{"a": 1}',
+        b'{"__checkpoint_version__": "7", "a": 1}',
+        b'{"__checkpoint_version__": true}',
+        b'{"__checkpoint_version__": -3}',
+        b"\xff\xfe",
+    ],
+    ids=repr,
+)
+async def test_an_entry_that_does_not_decode_is_a_miss(
+    cached: CachedCheckpointer,
+    redis_client: Redis,
+    garbage: bytes,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    await cached.aput_state(cfg(), {"from": "db"})
+    await redis_client.set("cachetest:t1:alice", garbage)
+    config = cfg()
+    with caplog.at_level(logging.WARNING, logger="tenxstore.cache"):
+        assert await cached.aget_state_cache(config) == {"from": "db"}
+    assert config["_checkpoint_version"] == 1
+    assert any("does not decode" in r.getMessage() for r in caplog.records)
+    with sql_statements(cached) as seen:  # dropped and refreshed: a hit again
+        assert await cached.aget_state_cache(cfg()) == {"from": "db"}
+    assert seen == []

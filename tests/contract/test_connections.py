@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import sqlite3
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
+from sqlalchemy import make_url
 
-from tenxstore import CheckpointRepository, ConnectionLost, LockTimeout
+from tenxstore import CheckpointRepository, ConnectionLost, DatabaseUnavailable, LockTimeout
 from tests.conftest import cfg
+from tests.servers import TcpProxy, free_port
 
 
 async def backends(admin: Any, name: str, waiting: bool = False) -> list[int]:
@@ -189,5 +193,78 @@ async def test_a_cancelled_writer_leaves_no_open_transaction(
         for n in (2, 3):  # the pool hands out clean connections only
             assert await repo.aput_state(config, {"n": n}) == n
         assert await repo.aget_state(cfg("t", "u")) == {"n": 3}
+    finally:
+        await repo.aclose()
+
+
+class Budget:
+    """How many times a condition may still fire."""
+
+    def __init__(self, times: int) -> None:
+        self.left = times
+
+    def take(self) -> bool:
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        return True
+
+
+async def test_a_connection_that_breaks_while_opening_is_opened_again(
+    pg_url: str, pg_schema: str
+) -> None:
+    breaks = Budget(0)
+    # The server "dies" when a new connection sends its session setup (SET lock_timeout).
+    port = urlsplit(pg_url).port or 5432
+    link = TcpProxy(port, drop=lambda chunk: b"lock_timeout" in chunk and breaks.take())
+    await link.start()
+    repo = CheckpointRepository(
+        f"postgresql://postgres@127.0.0.1:{link.port}/test", schema=pg_schema
+    )
+    try:
+        await repo.asetup()
+        await repo.aput_state(cfg("t", "u"), {"n": 1})
+        for call in (
+            lambda: repo.aget_state(cfg("t", "u")),
+            lambda: repo.aput_state(cfg("t", "u"), {"n": 2}),
+        ):
+            await repo.engine.dispose()  # the next call opens a new connection
+            breaks.left = 1
+            await call()  # the first opening breaks; nothing was sent: opened again
+            assert breaks.left == 0
+        await repo.engine.dispose()
+        breaks.left = 2  # twice: it gives up, typed, and nothing was written
+        with pytest.raises(ConnectionLost) as err:
+            await repo.aput_state(cfg("t", "u"), {"n": "lost"})
+        assert err.value.committed is False
+        assert await repo.aget_state(cfg("t", "u")) == {"n": 2}
+    finally:
+        await repo.aclose()
+        await link.close()
+    gc.collect()  # no connection was left to the garbage collector
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("postgresql://postgres@127.0.0.1:{free}/test", "connection refused"),
+        ("postgresql://postgres@no-such-host.invalid:5432/test", "unknown host"),
+        ("postgresql://postgres:secret@127.0.0.1:5432/no_such_database", "no such database"),
+        ("postgresql://no_such_role@127.0.0.1:5432/test", "authentication failed"),
+        ("sqlite:////no/such/directory/x.db", "cannot open the file"),
+    ],
+)
+async def test_an_unusable_database_is_named_and_explained(url: str, why: str) -> None:
+    url = url.format(free=free_port())
+    repo = CheckpointRepository(url)
+    try:
+        for call in (repo.aget_state(cfg()), repo.aput_state(cfg(), {"x": 1}), repo.asetup()):
+            with pytest.raises(DatabaseUnavailable) as err:
+                await call
+            message = str(err.value)
+            assert why in message and "secret" not in message
+            assert make_url(url).host or "sqlite" in message
+        health = await repo.acheck()
+        assert not health.ok and health.database_error is not None and why in health.database_error
     finally:
         await repo.aclose()

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tenxstore import CheckpointRepository
+from tenxstore import CheckpointRepository, SerializationError
 from tenxstore.serde import decode, encode
+from tests.conftest import cfg
 
 ALL_CONTROL = "".join(chr(c) for c in range(32)) + "\x7f\u2028\u2029\ufeff\U0010ffff"
 
@@ -108,3 +112,57 @@ async def test_multi_megabyte_state(cp: CheckpointRepository) -> None:
     config = {"thread_id": "big", "user_id": "u"}
     await cp.aput_state(config, state)
     assert await cp.aget_state(config) == state
+
+
+def nested(depth: int, leaf: Any = "leaf") -> Any:
+    value = leaf
+    for i in range(depth):
+        value = [value] if i % 2 else {"k": value}
+    return value
+
+
+async def test_nesting_up_to_the_limit_round_trips_and_beyond_is_refused(
+    cp: CheckpointRepository,
+) -> None:
+    from tenxstore.serde import MAX_DEPTH
+
+    deepest = {"v": nested(MAX_DEPTH - 1)}  # the state itself is one level
+    assert await cp.aput_state(cfg(), deepest) == 1
+    assert await cp.aget_state(cfg()) == deepest
+    for value in (nested(MAX_DEPTH), nested(MAX_DEPTH, 2**70), nested(MAX_DEPTH, float("nan"))):
+        with pytest.raises(SerializationError, match="levels deep"):
+            await cp.aput_state(cfg(), {"v": value})
+    assert await cp.aget_state(cfg()) == deepest
+
+
+_DEEP_UNDER_A_MEMORY_CAP = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (600 * 2**20, 600 * 2**20))
+from tenxstore.errors import SerializationError
+from tenxstore.serde import encode_state
+
+deep = "leaf"
+for _ in range(100_000):  # 0.7 MB of JSON; the old walk needed 23 GB for it
+    deep = [deep]
+wide = [[list(range(1000)) for _ in range(600)]]  # 600k items under a deep spine
+for _ in range(900):
+    wide = {"k": wide}
+for value in (deep, wide):
+    try:
+        encode_state({"v": value})
+    except SerializationError as exc:
+        assert "levels deep" in str(exc), exc
+    else:
+        sys.exit("accepted")
+print("refused")
+"""
+
+
+def test_deep_values_are_refused_in_bounded_memory() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _DEEP_UNDER_A_MEMORY_CAP],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "refused", done.stderr[-2000:]

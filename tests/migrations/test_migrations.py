@@ -235,3 +235,62 @@ def test_wheel_ships_the_migrations(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "1 {'from': 'wheel'}"
+
+
+async def test_a_database_never_set_up_says_how_to_set_it_up(database: Any) -> None:
+    url, schema = database
+    repo = tenxstore.CheckpointRepository(url, schema=schema)
+    try:
+        for call in (
+            repo.aget_state({"thread_id": "t", "user_id": "u"}),
+            repo.aput_state({"thread_id": "t", "user_id": "u"}, {"x": 1}),
+            repo.alist_threads({"user_id": "u"}),
+        ):
+            with pytest.raises(tenxstore.SchemaNotReady, match="asetup") as err:
+                await call
+            assert "no tenxstore schema" in str(err.value)
+        health = await repo.acheck()
+        assert health.revision is None and not health.ok
+        await repo.asetup()
+        assert await repo.aput_state({"thread_id": "t", "user_id": "u"}, {"x": 1}) == 1
+    finally:
+        await repo.aclose()
+
+
+async def test_a_schema_behind_head_names_both_revisions(database: Any) -> None:
+    url, schema = database
+    old = tenxstore.CheckpointRepository(url, schema=schema)
+    await migrate.upgrade(old.backend, schema=schema, revision="0002_langgraph")
+    await old.aclose()
+    repo = tenxstore.CheckpointRepository(url, schema=schema)
+    try:
+        with pytest.raises(tenxstore.SchemaNotReady) as err:
+            await repo.aget_state({"thread_id": "t", "user_id": "u"})
+        assert "0002_langgraph" in str(err.value) and str(migrate.head_revision()) in str(err.value)
+        await repo.asetup()  # the fix the message names
+        assert await repo.aget_state({"thread_id": "t", "user_id": "u"}) is None
+    finally:
+        await repo.aclose()
+
+
+async def test_a_schema_from_a_newer_release_says_so(database: Any) -> None:
+    url, schema = database
+    repo = tenxstore.CheckpointRepository(url, schema=schema)
+    try:
+        await repo.asetup()
+        table = f'"{schema}".alembic_version' if schema else "alembic_version"
+        if url.startswith("sqlite"):
+            engine = create_engine(url)
+            with engine.begin() as conn:
+                conn.exec_driver_sql(f"UPDATE {table} SET version_num = '0099_future'")
+            engine.dispose()
+        else:
+            conn = await asyncpg.connect(url)
+            await conn.execute(f"UPDATE {table} SET version_num = '0099_future'")
+            await conn.close()
+        newer = tenxstore.CheckpointRepository(url, schema=schema)
+        with pytest.raises(tenxstore.SchemaNotReady, match="newer tenxstore"):
+            await newer.aget_state({"thread_id": "t", "user_id": "u"})
+        await newer.aclose()
+    finally:
+        await repo.aclose()
