@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from sqlalchemy import make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ._asyncpg_pool import engine_from_asyncpg_pool
-from .backends import PoolMode
+from .backends import PoolMode, async_url
 from .cache import DEFAULT_KEY_PREFIX, CachedCheckpointer
 from .errors import ConfigError
 from .repository import CheckpointRepository
@@ -83,6 +85,18 @@ class PgCheckpointer(CachedCheckpointer):
         if pg_pool is not None and pool_config:
             raise ConfigError("pool_config applies only to a pool created from postgres_dsn")
         target: Any = postgres_dsn
+        if postgres_dsn is not None:
+            if not isinstance(postgres_dsn, str):
+                raise ConfigError(f"postgres_dsn must be a str, not {type(postgres_dsn).__name__}")
+            try:
+                backend = make_url(postgres_dsn).get_backend_name()
+            except ArgumentError:
+                backend = None
+            if backend not in ("postgresql", "postgres"):
+                raise ConfigError(
+                    "postgres_dsn must be a PostgreSQL URL (postgresql://user@host/db); "
+                    "for SQLite use SqliteCheckpointer(path)"
+                )
         if pg_pool is not None:
             target = (
                 pg_pool if isinstance(pg_pool, AsyncEngine) else engine_from_asyncpg_pool(pg_pool)
@@ -127,7 +141,7 @@ class SqliteCheckpointer(_OptionalCache):
     """Durable state and messages in one SQLite file, for single-machine agents.
 
     Args:
-        path: The database file (created when absent).
+        path: The database file (created when absent), or a ``sqlite:///`` URL.
         state_history_limit: State versions retained per thread.
         enforce_user_isolation: Scope every call to ``config["user_id"]``.
         redis_url: Optional Redis cache URL; or ``redis``, a client.
@@ -152,9 +166,17 @@ class SqliteCheckpointer(_OptionalCache):
         lock_timeout: float | None = 30.0,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-            raise ConfigError(f"path must be a file path, not {path!r}")
+            raise ConfigError(f"path must be a file path or a sqlite:/// URL, not {path!r}")
+        url = os.fspath(path)
+        if url.startswith("sqlite:") or url.startswith("sqlite+"):
+            if async_url(url).database in (None, "", ":memory:"):
+                raise ConfigError("SqliteCheckpointer needs a file; use InMemoryCheckpointer")
+        elif "://" in url:
+            raise ConfigError(f"path must be a file path or a sqlite:/// URL, not {url!r}")
+        else:
+            url = f"sqlite+aiosqlite:///{url}"
         repository = CheckpointRepository(
-            f"sqlite+aiosqlite:///{os.fspath(path)}",
+            url,
             state_history_limit=state_history_limit,
             enforce_user_isolation=enforce_user_isolation,
             tool_lease_seconds=tool_lease_seconds,

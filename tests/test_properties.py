@@ -160,6 +160,71 @@ def test_any_ids_round_trip_and_stay_private(
     store.run(go())
 
 
+lone_surrogates = st.text(
+    alphabet=st.characters(categories=["Cs"]), min_size=1, max_size=3
+).flatmap(lambda bad: st.text(max_size=20).map(lambda ok: ok + bad))
+bad_ids = st.one_of(
+    lone_surrogates,
+    st.just(""),
+    st.text(min_size=256, max_size=300),
+    st.text(max_size=20).map(lambda ok: ok + "\x00"),
+    st.integers(),
+    st.floats(),
+    st.binary(),
+    st.booleans(),
+    st.lists(st.text(max_size=3), max_size=2),
+)
+out_of_range = st.one_of(st.integers(min_value=2**63), st.integers(max_value=-1))
+
+
+@PROPS
+@given(bad=bad_ids, where=st.sampled_from(["thread", "user", "call", "tool", "after"]))
+def test_bad_ids_are_config_errors_before_any_io(store: Store, bad: Any, where: str) -> None:
+    thread = fresh()
+    config = {"thread_id": bad if where == "thread" else thread}
+    config["user_id"] = bad if where == "user" else "u"
+    call = bad if where == "call" else "c"
+    tool = bad if where == "tool" else "t"
+
+    async def go() -> None:
+        cp = store.cp
+        attempts: list[Any] = [lambda: cp.arun_tool_once(dict(config), call, tool, {}, lambda: 1)]
+        if where in ("thread", "user"):
+            attempts += [
+                lambda: cp.aput_state(dict(config), {"x": 1}),
+                lambda: cp.aget_state(dict(config)),
+                lambda: cp.aput_thread(dict(config), name="n"),
+                lambda: cp.aclean_thread(dict(config)),
+            ]
+        if where == "after":
+            attempts = [lambda: cp.aget_messages(dict(config), after_id=bad)]
+        for attempt in attempts:
+            with pytest.raises(tenxstore.ConfigError):
+                await attempt()
+        assert await store.cp.aget_thread({"thread_id": thread, "user_id": "u"}) is None
+
+    store.run(go())
+
+
+@PROPS
+@given(count=out_of_range)
+def test_counts_beyond_the_database_range_are_config_errors(store: Store, count: int) -> None:
+    config = {"thread_id": fresh(), "user_id": "u"}
+
+    async def go() -> None:
+        for attempt in (
+            store.cp.alist_states(dict(config), limit=count),
+            store.cp.aget_messages(dict(config), limit=count),
+            store.cp.alist_threads({"user_id": "u"}, limit=count),
+            store.cp.alist_threads({"user_id": "u"}, offset=count),
+            store.cp.aput_state({**config, "_checkpoint_version": count}, {"x": 1}),
+        ):
+            with pytest.raises(tenxstore.ConfigError):
+                await attempt
+
+    store.run(go())
+
+
 class Opaque:
     """Not JSON."""
 

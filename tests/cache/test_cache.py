@@ -555,3 +555,19 @@ async def test_an_entry_that_does_not_decode_is_a_miss(
     with sql_statements(cached) as seen:  # dropped and refreshed: a hit again
         assert await cached.aget_state_cache(cfg()) == {"from": "db"}
     assert seen == []
+
+
+async def test_preset_arguments_say_what_they_need(tmp_path: Path, redis_url: str) -> None:
+    with pytest.raises(ValueError, match="PostgreSQL URL"):
+        PgCheckpointer(postgres_dsn=f"sqlite:///{tmp_path / 'x.db'}", redis_url=redis_url)
+    with pytest.raises(ValueError, match="PostgreSQL URL"):
+        PgCheckpointer(postgres_dsn="mysql://root@localhost/db", redis_url=redis_url)
+    with pytest.raises(ValueError, match="InMemoryCheckpointer"):
+        SqliteCheckpointer("sqlite://")
+    with pytest.raises(ValueError, match="file path"):
+        SqliteCheckpointer("postgresql://localhost/db")
+    for path in (f"sqlite:///{tmp_path / 'url.db'}", str(tmp_path / "path.db"), tmp_path / "p.db"):
+        async with SqliteCheckpointer(path) as cp:
+            await cp.asetup()
+            assert await cp.aput_state(cfg(), {"x": 1}) == 1
+    assert (tmp_path / "url.db").exists()
