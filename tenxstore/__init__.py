@@ -1,5 +1,7 @@
 """tenxstore: durable, versioned, per-user persistence for AI-agent threads."""
 
+from importlib import metadata as _metadata
+
 from .backends import transaction_pooling_args
 from .cache import CachedCheckpointer
 from .errors import (
@@ -64,4 +66,7 @@ __all__ = [
     "transaction_pooling_args",
 ]
 
-__version__ = "0.1.0"
+try:
+    __version__ = _metadata.version("tenxstore")
+except _metadata.PackageNotFoundError:  # pragma: no cover - a checkout never installed
+    __version__ = "0+unknown"

@@ -5,10 +5,13 @@ retained states, messages with their times, and tool ledger. Lines are written b
 :func:`tenxstore.serde.encode`, so every value round-trips exactly (a line that holds
 a huge integer or a NaN starts with a space, which JSON readers ignore).
 
-Importing validates the whole file before it writes anything, then writes one thread
-per transaction; importing the same file twice changes nothing. Copying reads the
-source in ``thread_id`` order and imports each thread into the destination, so an
-interrupted copy resumes where it stopped: threads already copied are unchanged.
+Importing reads and checks every line of the file — its shape with typed records
+(msgspec), then every field the store will write — before it writes anything, and
+then writes the whole file in one transaction: an error anywhere, a conflict found
+while writing included, writes nothing and names the line. Importing the same file
+twice changes nothing. Copying reads the source in ``thread_id`` order and imports
+each thread into the destination in its own transaction, so an interrupted copy
+resumes where it stopped: threads already copied are unchanged.
 """
 
 from __future__ import annotations
@@ -17,39 +20,89 @@ import collections
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, TextIO
 
-from .errors import ConfigError, TenxStoreError
+import msgspec
+
+from .errors import ConfigError, ImportConflict, SerializationError, TenxStoreError
+from .exports import import_rows
+from .protocol import Checkpointer
 from .serde import decode, encode
-from .types import AuthPolicy, MessageRecord, StateSnapshot, ThreadExport, ThreadInfo, ToolExecution
+from .types import (
+    AuthPolicy,
+    ImportOutcome,
+    MessageRecord,
+    OnConflict,
+    StateSnapshot,
+    ThreadExport,
+    ThreadInfo,
+    ToolExecution,
+)
 
 __all__ = [
     "FORMAT",
+    "OPERATOR",
     "copy_threads",
     "export_from_json",
     "export_threads",
     "export_to_json",
     "import_file",
     "read_exports",
+    "write_exports",
 ]
 
 FORMAT = "tenxstore.thread/1"
 OPERATOR: dict[str, Any] = {"auth_policy": AuthPolicy(enforce_user_isolation=False)}
+Id = str | int
+Count = Annotated[int, msgspec.Meta(ge=0)]
+Positive = Annotated[int, msgspec.Meta(ge=1)]
+
+
+class _Thread(msgspec.Struct, forbid_unknown_fields=True):
+    thread_id: Id
+    user_id: Id | None
+    name: str | None
+    metadata: dict[str, Any]
+    version: Count
+    created_at: datetime
+    updated_at: datetime
+
+
+class _State(msgspec.Struct, forbid_unknown_fields=True):
+    version: Positive
+    state: dict[str, Any]
+    meta: dict[str, Any]
+    created_at: datetime
+
+
+class _Message(msgspec.Struct, forbid_unknown_fields=True):
+    message: dict[str, Any]
+    created_at: datetime
+
+
+class _ToolCall(msgspec.Struct, forbid_unknown_fields=True):
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    status: Literal["started", "succeeded", "failed"]
+    result: Any
+    error: str | None
+    attempts: Positive
+    started_at: datetime
+    finished_at: datetime | None
+    lease_expires_at: datetime | None = None
+
+
+class _Line(msgspec.Struct, forbid_unknown_fields=True):
+    format: Literal["tenxstore.thread/1"]
+    thread: _Thread
+    states: list[_State]
+    messages: list[_Message]
+    tool_executions: list[_ToolCall]
 
 
 def _time(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
-
-
-def _parse_time(value: Any, what: str, optional: bool = False) -> datetime | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str):
-        raise ConfigError(f"{what} must be an ISO 8601 time, not {value!r}")
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise ConfigError(f"{what} is not an ISO 8601 time: {value!r}") from exc
 
 
 def export_to_json(export: ThreadExport) -> dict[str, Any]:
@@ -96,71 +149,53 @@ def export_to_json(export: ThreadExport) -> dict[str, Any]:
     }
 
 
-def _field(obj: Any, key: str, where: str) -> Any:
-    if not isinstance(obj, dict) or key not in obj:
-        raise ConfigError(f"{where}: missing {key!r}")
-    return obj[key]
-
-
 def export_from_json(data: Any) -> ThreadExport:
-    """An exported thread from its JSON object.
+    """An exported thread from its JSON object, every field typed.
 
     Raises:
-        ConfigError: The object is not a tenxstore thread export.
+        ConfigError: The object is not a tenxstore thread record; the message names
+            the field (``$.thread.version``) and what was expected.
     """
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ConfigError(f"not a {FORMAT} record")
-    t = _field(data, "thread", "record")
-    thread = ThreadInfo(
-        thread_id=_field(t, "thread_id", "thread"),
-        user_id=_field(t, "user_id", "thread"),
-        name=_field(t, "name", "thread"),
-        metadata=_field(t, "metadata", "thread"),
-        version=_field(t, "version", "thread"),
-        created_at=_parse_time(_field(t, "created_at", "thread"), "thread.created_at"),
-        updated_at=_parse_time(_field(t, "updated_at", "thread"), "thread.updated_at"),
-    )
     try:
-        states = tuple(
-            StateSnapshot(
-                version=_field(s, "version", "state"),
-                state=_field(s, "state", "state"),
-                meta=_field(s, "meta", "state"),
-                created_at=_parse_time(_field(s, "created_at", "state"), "state.created_at"),  # type: ignore[arg-type]
-            )
-            for s in _field(data, "states", "record")
-        )
-        messages = tuple(
-            MessageRecord(
-                message=_field(m, "message", "message"),
-                created_at=_parse_time(_field(m, "created_at", "message"), "message.created_at"),  # type: ignore[arg-type]
-            )
-            for m in _field(data, "messages", "record")
-        )
-        calls = tuple(
+        line = msgspec.convert(data, _Line)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"not a {FORMAT} record: {exc}") from None
+    t = line.thread
+    thread = ThreadInfo(
+        thread_id=t.thread_id,
+        user_id=t.user_id,
+        name=t.name,
+        metadata=t.metadata,
+        created_at=t.created_at,
+        updated_at=t.updated_at,
+        version=t.version,
+    )
+    return ThreadExport(
+        thread=thread,
+        states=tuple(StateSnapshot(s.version, s.state, s.meta, s.created_at) for s in line.states),
+        messages=tuple(MessageRecord(m.message, m.created_at) for m in line.messages),
+        tool_executions=tuple(
             ToolExecution(
-                thread_id=thread.thread_id,
-                tool_call_id=_field(c, "tool_call_id", "tool execution"),
-                tool_name=_field(c, "tool_name", "tool execution"),
-                args=_field(c, "args", "tool execution"),
-                status=_field(c, "status", "tool execution"),
-                result=_field(c, "result", "tool execution"),
-                error=_field(c, "error", "tool execution"),
-                attempts=_field(c, "attempts", "tool execution"),
-                started_at=_parse_time(c.get("started_at"), "started_at"),  # type: ignore[arg-type]
-                finished_at=_parse_time(c.get("finished_at"), "finished_at", optional=True),
-                lease_expires_at=_parse_time(
-                    c.get("lease_expires_at"), "lease_expires_at", optional=True
-                ),
+                thread_id=t.thread_id,
+                tool_call_id=c.tool_call_id,
+                tool_name=c.tool_name,
+                args=c.args,
+                status=c.status,
+                result=c.result,
+                error=c.error,
+                attempts=c.attempts,
+                started_at=c.started_at,
+                finished_at=c.finished_at,
+                lease_expires_at=c.lease_expires_at,
             )
-            for c in _field(data, "tool_executions", "record")
-        )
-    except TypeError as exc:  # a list where a record was expected, and the like
-        raise ConfigError(f"malformed thread record: {exc}") from exc
-    return ThreadExport(thread=thread, states=states, messages=messages, tool_executions=calls)
+            for c in line.tool_executions
+        ),
+    )
 
 
-async def _exports(store: Any, thread_ids: Iterable[Any] | None) -> AsyncIterator[ThreadExport]:
+async def _exports(
+    store: Checkpointer, thread_ids: Iterable[Any] | None
+) -> AsyncIterator[ThreadExport]:
     if thread_ids is None:
         async for info in store.aiter_threads():
             found = await store.aexport_thread({"thread_id": info.thread_id, **OPERATOR})
@@ -174,51 +209,103 @@ async def _exports(store: Any, thread_ids: Iterable[Any] | None) -> AsyncIterato
         yield export
 
 
-async def export_threads(store: Any, path: Path, thread_ids: Iterable[Any] | None = None) -> int:
-    """Write threads (all of them when ``thread_ids`` is None) to ``path``; their count."""
+async def write_exports(
+    store: Checkpointer, out: TextIO, thread_ids: Iterable[Any] | None = None
+) -> int:
+    """Write threads (all of them when ``thread_ids`` is None) to ``out``; their count."""
     count = 0
-    with path.open("w", encoding="utf-8") as out:
-        async for export in _exports(store, thread_ids):
-            out.write(encode(export_to_json(export), "export") + "\n")
-            count += 1
+    async for export in _exports(store, thread_ids):
+        out.write(encode(export_to_json(export), "export") + "\n")
+        count += 1
     return count
 
 
-def read_exports(path: Path) -> Iterator[ThreadExport]:
-    """The threads of a JSON Lines file, each checked; errors name the line."""
+async def export_threads(
+    store: Checkpointer, path: Path, thread_ids: Iterable[Any] | None = None
+) -> int:
+    """Write threads (all of them when ``thread_ids`` is None) to ``path``; their count.
+
+    The file is written beside ``path`` and renamed into place once complete, so a
+    failure (a thread that does not exist) leaves no file behind.
+    """
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with partial.open("w", encoding="utf-8") as out:
+            count = await write_exports(store, out, thread_ids)
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return count
+
+
+def read_exports(path: Path) -> Iterator[tuple[int, ThreadExport]]:
+    """The threads of a JSON Lines file with their line numbers, each line decoded and
+    typed; an error names the line."""
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
-                yield export_from_json(decode(line))
-            except (ValueError, TenxStoreError) as exc:
+                data = decode(line)
+            except ValueError as exc:
+                raise ConfigError(f"{path}:{number}: not JSON ({exc})") from None
+            try:
+                yield number, export_from_json(data)
+            except ConfigError as exc:
                 raise ConfigError(f"{path}:{number}: {exc}") from None
 
 
 async def import_file(
-    store: Any,
+    store: Checkpointer,
     path: Path,
-    on_conflict: str = "fail",
+    on_conflict: OnConflict = "fail",
     progress: Callable[[str], None] | None = None,
 ) -> collections.Counter[str]:
-    """Import every thread of ``path``: the whole file is checked before anything is
-    written, then each thread is one transaction. Returns the outcomes counted."""
-    checked = sum(1 for _ in read_exports(path))
-    outcomes: collections.Counter[str] = collections.Counter()
-    for export in read_exports(path):
-        outcome = await store.aimport_thread(export, on_conflict=on_conflict)
-        outcomes[outcome] += 1
+    """Import every thread of ``path`` in one transaction; the outcomes counted.
+
+    Every line is read and checked (its shape, then every field as the store will
+    write it) before anything is written; an error anywhere — a conflict found while
+    writing included — writes nothing, and the error names the line.
+
+    Raises:
+        ConfigError: A line is malformed, or names a thread another line names too.
+        SerializationError: A value cannot be stored.
+        ImportConflict: A thread exists with other content (``on_conflict="fail"``).
+    """
+    numbered = list(read_exports(path))
+    lines: dict[Any, int] = {}
+    for number, export in numbered:
+        try:
+            rows = import_rows(export, store.id_type, store.user_id_type)
+        except (ConfigError, SerializationError) as exc:
+            raise type(exc)(f"{path}:{number}: {exc}") from None
+        thread_id = rows["thread"]["thread_id"]
+        if thread_id in lines:
+            raise ConfigError(
+                f"{path}:{number}: thread {thread_id!r} is also on line {lines[thread_id]}"
+            )
+        lines[thread_id] = number
+    try:
+        outcomes: list[ImportOutcome] = await store.aimport_threads(
+            [export for _, export in numbered], on_conflict=on_conflict
+        )
+    except ImportConflict as exc:
+        where = lines.get(exc.thread_id)
+        raise ImportConflict(
+            f"{path}:{where}: {exc}; nothing was imported", exc.thread_id
+        ) from None
+    counted: collections.Counter[str] = collections.Counter()
+    for outcome in outcomes:
+        counted[outcome] += 1
         if progress:
             progress(outcome)
-    assert sum(outcomes.values()) == checked
-    return outcomes
+    return counted
 
 
 async def copy_threads(
-    source: Any,
-    destination: Any,
-    on_conflict: str = "fail",
+    source: Checkpointer,
+    destination: Checkpointer,
+    on_conflict: OnConflict = "fail",
     progress: Callable[[str], None] | None = None,
 ) -> collections.Counter[str]:
     """Copy every thread of ``source`` into ``destination`` and verify each one.

@@ -18,7 +18,7 @@ import logging
 import re
 import time
 from base64 import urlsafe_b64encode
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -550,8 +550,20 @@ class CachedCheckpointer:
     ) -> ImportOutcome:
         """Write an exported thread back (see the repository); when that made a new
         life of the thread, fence its cache entries of both modes."""
-        outcome = await self.inner.aimport_thread(export, on_conflict=on_conflict)
-        if self._redis is not None and outcome in ("created", "replaced"):
-            keys = await self._keys(export.thread.thread_id, export.thread.user_id)
-            await self._redis.fence([(key, BLANKET) for key in keys if key is not None])
+        [outcome] = await self.aimport_threads([export], on_conflict=on_conflict)
         return outcome
+
+    async def aimport_threads(
+        self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
+    ) -> list[ImportOutcome]:
+        """Write exported threads back in one transaction (see the repository), then
+        fence the cache entries of every thread that got a new life."""
+        outcomes = await self.inner.aimport_threads(exports, on_conflict=on_conflict)
+        if self._redis is not None:
+            fences: list[tuple[str, Fence]] = []
+            for export, outcome in zip(exports, outcomes, strict=True):
+                if outcome in ("created", "replaced"):
+                    keys = await self._keys(export.thread.thread_id, export.thread.user_id)
+                    fences += [(key, BLANKET) for key in keys if key is not None]
+            await self._redis.fence(fences)
+        return outcomes

@@ -1,15 +1,21 @@
-"""``tenxstore``: migrate, inspect, export/import, copy and demo, for operators.
+"""``tenxstore``: migrate, check, inspect, export/import, copy and demo, for operators.
 
-Every command takes ``--url`` (or ``TENXSTORE_DATABASE_URL``) and ``--schema`` (or
-``TENXSTORE_SCHEMA``). Bad input — an unreachable database, a missing thread, a
-malformed file — prints one line on stderr and exits with status 1.
+Every command that works on one database takes ``--url`` (or
+``TENXSTORE_DATABASE_URL``) and ``--schema`` (or ``TENXSTORE_SCHEMA``); ``copy``
+takes the two URLs as arguments and a schema option for each. Commands that only
+read never create a database: a SQLite file that does not exist is an error. Bad
+input — an unreachable database, a missing thread, a malformed file — prints one
+line on stderr and exits with status 1.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import functools
+import sys
 from collections.abc import Awaitable, Callable, Coroutine
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -21,10 +27,14 @@ try:
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise SystemExit("the tenxstore command needs its extra: pip install 'tenxstore[cli]'") from exc
 
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 
-from . import archive, migrate
-from .errors import TenxStoreError
+from . import __version__, archive, migrate
+from .backends import async_url
+from .cache import DEFAULT_KEY_PREFIX, CachedCheckpointer
+from .errors import ConfigError, TenxStoreError
+from .protocol import Checkpointer
 from .repository import CheckpointRepository
 from .serde import encode
 from .types import AuthPolicy
@@ -34,16 +44,42 @@ __all__ = ["app", "main"]
 T = TypeVar("T")
 DEFAULT_URL = "sqlite:///tenxstore.db"
 app = typer.Typer(
-    help="Inspect and move tenxstore databases.", no_args_is_help=True, add_completion=False
+    help="Operate tenxstore databases: migrate, check, inspect, export, import, copy.",
+    no_args_is_help=True,
+    add_completion=False,
 )
 out = Console(soft_wrap=True)  # lines stay whole when piped; tables still fit
 err = Console(stderr=True)
+
+
+class OnConflict(enum.Enum):
+    """What an import does with a thread that exists with other content."""
+
+    fail = "fail"
+    skip = "skip"
+    replace = "replace"
+
 
 Url = Annotated[str, typer.Option("--url", envvar="TENXSTORE_DATABASE_URL", help="Database URL.")]
 Schema = Annotated[
     str | None, typer.Option("--schema", envvar="TENXSTORE_SCHEMA", help="PostgreSQL schema.")
 ]
 User = Annotated[str | None, typer.Option("--user", help="Owner (omit to see every user's).")]
+RedisUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--redis-url",
+        envvar="TENXSTORE_REDIS_URL",
+        help="The application's Redis cache, so what this command changes is not served stale.",
+    ),
+]
+KeyPrefix = Annotated[
+    str | None,
+    typer.Option(help="The cache's key prefix, if the application sets one explicitly."),
+]
+Conflict = Annotated[
+    OnConflict, typer.Option(case_sensitive=False, help="For a thread that exists already.")
+]
 
 
 def _fail(message: str) -> None:
@@ -70,8 +106,51 @@ def command(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]
     return run
 
 
-def _repo(url: str, schema: str | None) -> CheckpointRepository:
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tenxstore {__version__}")
+        raise typer.Exit
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Operate tenxstore databases: migrate, check, inspect, export, import, copy."""
+
+
+def _existing(url: str) -> None:
+    """A command that only reads must not create a SQLite file that is not there."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return  # CheckpointRepository reports a malformed URL
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return
+    if not Path(parsed.database).exists():
+        _fail(
+            f"there is no SQLite database at {parsed.database}: "
+            f"run `tenxstore upgrade --url {url}` to create one"
+        )
+
+
+def _repo(url: str, schema: str | None, *, reads_only: bool = False) -> CheckpointRepository:
+    if reads_only:
+        _existing(url)
     return CheckpointRepository(url, schema=schema, enforce_user_isolation=False)
+
+
+def _cached(
+    repo: CheckpointRepository, redis_url: str | None, key_prefix: str | None
+) -> Checkpointer:
+    if redis_url is None:
+        return repo
+    return CachedCheckpointer(
+        repo, redis_url=redis_url, key_prefix=key_prefix or DEFAULT_KEY_PREFIX
+    )
 
 
 def _scope(user: str | None) -> dict[str, Any]:
@@ -85,10 +164,21 @@ def _config(thread: str, user: str | None) -> dict[str, Any]:
     return {"thread_id": thread, **_scope(user)}
 
 
+def _when(value: datetime | None) -> str:
+    """Every time the command prints, in one format, in UTC."""
+    if value is None:
+        return ""
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
 async def _with(
-    url: str, schema: str | None, work: Callable[[CheckpointRepository], Awaitable[T]]
+    url: str,
+    schema: str | None,
+    work: Callable[[CheckpointRepository], Awaitable[T]],
+    *,
+    reads_only: bool = True,
 ) -> T:
-    async with _repo(url, schema) as repo:
+    async with _repo(url, schema, reads_only=reads_only) as repo:
         return await work(repo)
 
 
@@ -96,18 +186,72 @@ async def _with(
 @command
 async def upgrade(url: Url = DEFAULT_URL, schema: Schema = None) -> None:
     """Migrate the database to the newest schema (creating it when absent)."""
-    await _with(url, schema, lambda repo: repo.asetup())
+    await _with(url, schema, lambda repo: repo.asetup(), reads_only=False)
     out.print(f"[green]at head[/] ({migrate.head_revision()})")
 
 
 @app.command()
 @command
+async def downgrade(
+    revision: Annotated[str, typer.Argument(help="Revision to go down to; 'base' empties it.")],
+    url: Url = DEFAULT_URL,
+    schema: Schema = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Drop what the revisions added.")] = False,
+) -> None:
+    """Migrate the database down to REVISION, dropping the tables and columns (and
+    their data) of every later revision."""
+    if not yes:
+        _fail(f"downgrading to {revision} drops tables and columns with their data: add --yes")
+
+    async def run(repo: CheckpointRepository) -> None:
+        await migrate.downgrade(repo.backend, schema=schema, revision=revision)
+
+    await _with(url, schema, run)
+    out.print(f"at {revision}")
+
+
+@app.command()
+@command
 async def current(url: Url = DEFAULT_URL, schema: Schema = None) -> None:
-    """Show the database's schema revision and the newest one."""
+    """Show the database's schema revision and the newest one; exit 1 when behind."""
     revision = await _with(url, schema, lambda repo: migrate.current_revision(repo.engine, schema))
     head = migrate.head_revision()
-    state = "[green]up to date[/]" if revision == head else "[yellow]behind: run upgrade[/]"
-    out.print(f"current: {revision or '(none)'}\nhead:    {head}\n{state}")
+    out.print(f"current: {revision or '(none)'}\nhead:    {head}")
+    if revision != head:
+        out.print("[yellow]behind: run `tenxstore upgrade`[/]")
+        raise typer.Exit(1)
+    out.print("[green]up to date[/]")
+
+
+@app.command()
+@command
+async def doctor(
+    url: Url = DEFAULT_URL,
+    schema: Schema = None,
+    redis_url: RedisUrl = None,
+    key_prefix: KeyPrefix = None,
+) -> None:
+    """Check the database, its schema and the Redis cache; exit 1 if something is wrong."""
+    async with _repo(url, schema, reads_only=True) as repo:
+        cp = _cached(repo, redis_url, key_prefix)
+        try:
+            health = await cp.acheck()
+        finally:
+            if cp is not repo:
+                await cp.aclose()
+    out.print(f"database  {health.database}")
+    out.print(f"schema    {health.revision or '(none)'} (this release needs {health.head})")
+    if health.cache is not None:
+        state = "answers" if health.cache_error is None else "fails open"
+        out.print(f"cache     {health.cache}: {state}")
+        if health.pending_invalidations:
+            out.print(f"          {health.pending_invalidations} invalidation(s) pending")
+    if health.ok:
+        out.print("[green]healthy[/]")
+        return
+    for problem in health.problems:
+        out.print(f"[red]problem[/] {problem}", highlight=False)
+    raise typer.Exit(1)
 
 
 @app.command()
@@ -120,14 +264,13 @@ async def threads(
 ) -> None:
     """List threads, most recently updated first."""
     found = await _with(url, schema, lambda repo: repo.alist_threads(_scope(user), limit=limit))
+    if not found:
+        out.print("no threads" + (f" of user {user!r}" if user else ""))
+        return
     table = Table("thread", "owner", "name", "version", "updated")
     for t in found:
         table.add_row(
-            str(t.thread_id),
-            str(t.user_id),
-            t.name or "",
-            str(t.version),
-            f"{t.updated_at:%Y-%m-%d %H:%M:%S}" if t.updated_at else "",
+            str(t.thread_id), str(t.user_id), t.name or "", str(t.version), _when(t.updated_at)
         )
     out.print(table)
 
@@ -155,13 +298,15 @@ async def show(
     info, state, messages, calls = await _with(url, schema, read)
     out.print(
         f"thread {info.thread_id}  owner {info.user_id}  version {info.version}  "
-        f"messages {messages}  tool calls {len(calls)}"
+        f"messages {messages}  tool calls {len(calls)}  updated {_when(info.updated_at)}"
     )
     out.print_json(encode(state) if state is not None else "null")
     if calls:
-        table = Table("tool call", "tool", "status", "attempts")
+        table = Table("tool call", "tool", "status", "attempts", "started")
         for c in calls:
-            table.add_row(c.tool_call_id, c.tool_name, c.status, str(c.attempts))
+            table.add_row(
+                c.tool_call_id, c.tool_name, c.status, str(c.attempts), _when(c.started_at)
+            )
         out.print(table)
 
 
@@ -174,7 +319,7 @@ async def history(
     user: User = None,
     version: Annotated[int | None, typer.Option(help="Print this version's state.")] = None,
 ) -> None:
-    """The retained versions of a thread, or one of them (``--version``)."""
+    """The retained versions of a thread, or one of them (--version N)."""
     snapshots = await _with(url, schema, lambda repo: repo.alist_states(_config(thread, user)))
     if not snapshots:
         _fail(f"no retained versions of thread {thread!r}")
@@ -189,9 +334,7 @@ async def history(
         return
     table = Table("version", "created", "bytes")
     for s in snapshots:
-        table.add_row(
-            str(s.version), f"{s.created_at:%Y-%m-%d %H:%M:%S.%f}", str(len(encode(s.state)))
-        )
+        table.add_row(str(s.version), _when(s.created_at), str(len(encode(s.state))))
     out.print(table)
 
 
@@ -199,7 +342,9 @@ async def history(
 @command
 async def export_(
     thread_ids: Annotated[list[str] | None, typer.Argument(help="Threads to export.")] = None,
-    output: Annotated[Path, typer.Option("-o", "--output", help="JSON Lines file.")] = Path("-"),
+    output: Annotated[
+        str, typer.Option("-o", "--output", help="JSON Lines file ('-': standard output).")
+    ] = "-",
     all_threads: Annotated[bool, typer.Option("--all", help="Every thread.")] = False,
     url: Url = DEFAULT_URL,
     schema: Schema = None,
@@ -207,31 +352,42 @@ async def export_(
     """Export threads (record, retained states, messages, tool ledger) as JSON Lines."""
     if bool(thread_ids) == all_threads:
         _fail("name threads to export, or pass --all")
-    if str(output) == "-":
-        _fail("give the output file with -o FILE.jsonl")
-    count = await _with(
-        url,
-        schema,
-        lambda repo: archive.export_threads(repo, output, None if all_threads else thread_ids),
-    )
-    out.print(f"exported {count} thread(s) to {output}")
+    chosen = None if all_threads else thread_ids
+    if output == "-":
+        count = await _with(
+            url, schema, lambda repo: archive.write_exports(repo, sys.stdout, chosen)
+        )
+        err.print(f"exported {count} thread(s)")
+        return
+    path = Path(output)
+    count = await _with(url, schema, lambda repo: archive.export_threads(repo, path, chosen))
+    out.print(f"exported {count} thread(s) to {path}")
 
 
 @app.command("import")
 @command
 async def import_(
     path: Annotated[Path, typer.Argument(help="A JSON Lines file written by export.")],
-    on_conflict: Annotated[str, typer.Option(help="fail, skip or replace.")] = "fail",
+    on_conflict: Conflict = OnConflict.fail,
     url: Url = DEFAULT_URL,
     schema: Schema = None,
+    redis_url: RedisUrl = None,
+    key_prefix: KeyPrefix = None,
 ) -> None:
-    """Import threads; importing the same file twice changes nothing."""
+    """Import threads, all or nothing; importing the same file twice changes nothing."""
+    if not path.is_file():
+        _fail(f"no such file: {path}")
 
     async def run(repo: CheckpointRepository) -> Any:
         await repo.asetup()
-        return await archive.import_file(repo, path, on_conflict)
+        cp = _cached(repo, redis_url, key_prefix)
+        try:
+            return await archive.import_file(cp, path, on_conflict.value)
+        finally:
+            if cp is not repo:
+                await cp.aclose()
 
-    outcomes = await _with(url, schema, run)
+    outcomes = await _with(url, schema, run, reads_only=False)
     out.print("imported: " + ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items())))
 
 
@@ -244,16 +400,22 @@ async def copy(
     destination_schema: Annotated[
         str | None, typer.Option(help="Schema of the destination.")
     ] = None,
-    on_conflict: Annotated[str, typer.Option(help="fail, skip or replace.")] = "fail",
+    on_conflict: Conflict = OnConflict.fail,
 ) -> None:
     """Copy every thread to another database, verifying each; resumable."""
-    async with _repo(source, source_schema) as src, _repo(destination, destination_schema) as dst:
+    async_url(destination)  # a bad destination fails before the source is read
+    src_repo = _repo(source, source_schema, reads_only=True)
+    async with src_repo as src, _repo(destination, destination_schema) as dst:
+        await src.astore_id()  # the source is set up: fail before touching the destination
         await dst.asetup()
         total = sum([1 async for _ in src.aiter_threads()])
         with Progress(TextColumn("copying"), BarColumn(), MofNCompleteColumn(), console=err) as bar:
             task = bar.add_task("copy", total=total)
             outcomes = await archive.copy_threads(
-                src, dst, on_conflict, progress=lambda _: bar.advance(task)
+                src,
+                dst,
+                on_conflict.value,
+                progress=lambda _: bar.advance(task),
             )
         copied = sum([1 async for _ in dst.aiter_threads()])
     out.print(
@@ -267,11 +429,18 @@ async def copy(
 @command
 async def demo(
     path: Annotated[str, typer.Option(help="SQLite file to use.")] = "tenxstore-demo.db",
+    url: Annotated[
+        str | None, typer.Option(help="A database URL instead of the SQLite file.")
+    ] = None,
+    schema: Schema = None,
 ) -> None:
-    """Run a small simulated agent loop on an embedded SQLite file."""
+    """Run a small simulated agent loop on an embedded SQLite file (or --url)."""
     from .demo import run_demo
 
-    report = await run_demo(path, say=lambda line: out.print(line, highlight=False))
+    if url is None and schema is not None:
+        raise ConfigError("--schema goes with --url (a PostgreSQL database)")
+    say: Callable[[str], None] = lambda line: out.print(line, highlight=False)  # noqa: E731
+    report = await run_demo(path, say=say, url=url, schema=schema)
     table = Table("thread", "head version", "retained versions", "messages")
     for thread, head in report.heads.items():
         table.add_row(

@@ -107,13 +107,20 @@ def read_config(
     thread_id, _ = _lookup(cfg, "thread_id")
     if thread_id is None:
         if need_thread:
-            raise ConfigError("config has no thread_id")
+            raise ConfigError(
+                "config has no thread_id: name the thread as config['thread_id'] (or "
+                "config['configurable']['thread_id'])"
+            )
     else:
         thread_id = check_id("thread_id", thread_id, id_type)
     user_id, _ = _lookup(cfg, "user_id")
     if user_id is None:
         if isolated:
-            raise ConfigError("config has no user_id and user isolation applies")
+            raise ConfigError(
+                "config has no user_id and user isolation applies: pass the authenticated "
+                "user's id as config['user_id'], or create the checkpointer with "
+                "enforce_user_isolation=False if every thread is shared"
+            )
     else:
         user_id = check_id("user_id", user_id, user_id_type)
     return RunIds(thread_id=thread_id, user_id=user_id, isolated=isolated)

@@ -18,6 +18,7 @@ from typing import Any
 
 from .errors import StaleStateError
 from .presets import SqliteCheckpointer
+from .repository import CheckpointRepository
 
 __all__ = ["DemoReport", "run_demo"]
 
@@ -93,11 +94,22 @@ async def _email_then_crash(cp: Any, report: DemoReport, say: Callable[[str], No
 
 
 async def run_demo(
-    path: str = "tenxstore-demo.db", say: Callable[[str], None] = print
+    path: str = "tenxstore-demo.db",
+    say: Callable[[str], None] = print,
+    *,
+    url: str | None = None,
+    schema: str | None = None,
 ) -> DemoReport:
-    """Run the demo against the SQLite file at ``path`` (its demo threads start afresh)."""
-    report = DemoReport(path=str(Path(path).absolute()))  # noqa: ASYNC240  # one getcwd()
-    async with SqliteCheckpointer(path, state_history_limit=5) as cp:
+    """Run the demo on the SQLite file at ``path``, or on the database at ``url``
+    (and ``schema``); its demo threads start afresh."""
+    if url is None:
+        where = str(Path(path).absolute())  # noqa: ASYNC240  # one getcwd()
+        cp: Any = SqliteCheckpointer(path, state_history_limit=5)
+    else:
+        cp = CheckpointRepository(url, schema=schema, state_history_limit=5)
+        where = cp.backend.describe() + (f" (schema {schema})" if schema else "")
+    report = DemoReport(path=where)
+    async with cp:
         await cp.asetup()
         for thread in THREADS:
             await cp.aclean_thread({"thread_id": thread, "user_id": USER})

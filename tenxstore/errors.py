@@ -134,7 +134,18 @@ class LockTimeout(TenxStoreError, TimeoutError):
 
 
 class ImportConflict(TenxStoreError):
-    """An imported thread exists with other content; nothing was written."""
+    """An imported thread exists with other content; nothing was written.
+
+    Attributes:
+        thread_id: The thread in conflict (None when not known).
+    """
+
+    def __init__(self, message: str, thread_id: Any = None) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.thread_id))
 
 
 class ToolExecutionInProgress(TenxStoreError):

@@ -7,7 +7,7 @@ thread — record, retained states, messages, tool ledger — in one transaction
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -19,11 +19,12 @@ from .serde import decode, encode, encode_state
 from .statements import snapshot_of, thread_info, tool_execution, utc
 from .store import Store
 from .types import ImportOutcome, MessageRecord, OnConflict, ThreadExport, ThreadInfo
-from .validate import check_choice, check_count, check_id, message_id
+from .validate import IdType, check_choice, check_count, check_id, message_id
 
 ON_CONFLICT: tuple[OnConflict, ...] = ("fail", "skip", "replace")
+TOOL_STATUSES = ("started", "succeeded", "failed")
 
-__all__ = ["ThreadExports"]
+__all__ = ["ThreadExports", "import_rows"]
 
 
 class ThreadExports:
@@ -94,6 +95,7 @@ class ThreadExports:
         Importing what is already there changes nothing. A thread that exists with
         other content is a conflict: ``on_conflict="fail"`` raises
         :class:`ImportConflict`, ``"skip"`` leaves it, ``"replace"`` deletes it first.
+        An imported thread is a new life of its id (see the incarnations).
 
         Returns:
             ``"created"``, ``"unchanged"``, ``"skipped"`` or ``"replaced"``.
@@ -101,112 +103,178 @@ class ThreadExports:
         Raises:
             ImportConflict: The thread exists with other content (``"fail"``).
             SerializationError: Something in the export cannot be stored.
-            ConfigError: Bad ids or ``on_conflict``.
+            ConfigError: Bad ids, versions, statuses or ``on_conflict``.
         """
-        on_conflict = check_choice("on_conflict", on_conflict, ON_CONFLICT)
-        rows = self._import_rows(export)
-        thread_id = rows["thread"]["thread_id"]
-        async with self._store.write(thread_id) as (conn, locked):
-            outcome: ImportOutcome = "created"
-            if locked is not None:
-                existing = await self._export(conn, thread_id)
-                if existing is not None and self._import_rows(existing) == rows:
-                    return "unchanged"
-                if on_conflict == "skip":
-                    return "skipped"
-                if on_conflict == "fail":
-                    raise ImportConflict(
-                        f"thread {thread_id!r} exists with other content; "
-                        "import with on_conflict='replace' or 'skip'"
-                    )
-                await self._store.delete_thread(conn, thread_id)
-                outcome = "replaced"
-            t, s, m, x = self._store.tables[:4]
-            await conn.execute(insert(t), [rows["thread"]])
-            if rows["states"]:
-                await conn.execute(insert(s), rows["states"])
-            if rows["messages"]:
-                await conn.execute(insert(m), rows["messages"])
-            if rows["tool_executions"]:
-                await conn.execute(insert(x), rows["tool_executions"])
+        [outcome] = await self.aimport_threads([export], on_conflict=on_conflict)
         return outcome
 
-    def _import_rows(self, export: ThreadExport) -> dict[str, Any]:
-        """The rows an export becomes; validated and encoded before any I/O."""
-        if not isinstance(export, ThreadExport):
-            raise ConfigError(f"expected a ThreadExport, not {type(export).__name__}")
-        info = export.thread
-        thread_id = check_id("thread_id", info.thread_id, self._store.settings.id_type)
-        user_id = (
-            None
-            if info.user_id is None
-            else check_id("user_id", info.user_id, self._store.settings.user_id_type)
+    async def aimport_threads(
+        self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
+    ) -> list[ImportOutcome]:
+        """Write exported threads back, all in ONE transaction: every export is checked
+        before anything is written, and any error (a conflict found while writing
+        included) writes nothing. Their rows are locked in ``thread_id`` order.
+
+        Returns:
+            The outcome of each export, in order.
+
+        Raises:
+            ImportConflict: A thread exists with other content (``"fail"``); its
+                ``thread_id`` says which.
+            SerializationError: Something in an export cannot be stored.
+            ConfigError: Bad ids, versions, statuses, a thread given twice, or
+                ``on_conflict``.
+        """
+        store = self._store
+        on_conflict = check_choice("on_conflict", on_conflict, ON_CONFLICT)
+        settings = store.settings
+        rows = [import_rows(e, settings.id_type, settings.user_id_type) for e in exports]
+        thread_ids = [r["thread"]["thread_id"] for r in rows]
+        if len(set(thread_ids)) != len(thread_ids):
+            twice = sorted({t for t in thread_ids if thread_ids.count(t) > 1}, key=repr)
+            raise ConfigError(f"an import names a thread more than once: {twice[0]!r}")
+        if not rows:
+            return []
+        outcomes: list[ImportOutcome] = []
+        t, s, m, x = store.tables[:4]
+        async with store.write_many(thread_ids) as (conn, locked):
+            for thread_id, new in zip(thread_ids, rows, strict=True):
+                outcome: ImportOutcome = "created"
+                if locked[thread_id] is not None:
+                    existing = await self._export(conn, thread_id)
+                    if (
+                        existing is not None
+                        and import_rows(existing, settings.id_type, settings.user_id_type) == new
+                    ):
+                        outcomes.append("unchanged")
+                        continue
+                    if on_conflict == "skip":
+                        outcomes.append("skipped")
+                        continue
+                    if on_conflict == "fail":
+                        raise ImportConflict(
+                            f"thread {thread_id!r} exists with other content; "
+                            "import with on_conflict='replace' or 'skip'",
+                            thread_id=thread_id,
+                        )
+                    await store.delete_thread(conn, thread_id)
+                    outcome = "replaced"
+                await conn.execute(insert(t), [new["thread"]])
+                for table, key in ((s, "states"), (m, "messages"), (x, "tool_executions")):
+                    if new[key]:
+                        await conn.execute(insert(table), new[key])
+                outcomes.append(outcome)
+        return outcomes
+
+
+def _datetime(value: object, what: str) -> datetime:
+    if not isinstance(value, datetime):
+        raise ConfigError(f"{what} must be a datetime, not {type(value).__name__}")
+    return value
+
+
+def _optional_datetime(value: object, what: str) -> datetime | None:
+    return None if value is None else _datetime(value, what)
+
+
+def import_rows(export: ThreadExport, id_type: IdType, user_id_type: IdType) -> dict[str, Any]:
+    """The rows an export becomes, every field checked and encoded, before any I/O.
+
+    Raises:
+        ConfigError: A field is missing, of the wrong type or inconsistent (the
+            message names it: ``thread.version``, ``states[2].version``...).
+        SerializationError: A value cannot be stored.
+    """
+    if not isinstance(export, ThreadExport):
+        raise ConfigError(f"expected a ThreadExport, not {type(export).__name__}")
+    info = export.thread
+    thread_id = check_id("thread.thread_id", info.thread_id, id_type)
+    user_id = (
+        None if info.user_id is None else check_id("thread.user_id", info.user_id, user_id_type)
+    )
+    version = check_count("thread.version", info.version)
+    if info.name is not None and not isinstance(info.name, str):
+        raise ConfigError(f"thread.name must be a str or null, not {type(info.name).__name__}")
+    versions = []
+    for i, snapshot in enumerate(export.states):
+        versions.append(check_count(f"states[{i}].version", snapshot.version))
+        if snapshot.version < 1:
+            raise ConfigError(f"states[{i}].version must be at least 1, not {snapshot.version}")
+    if len(set(versions)) != len(versions):
+        raise ConfigError("states: two states have the same version")
+    if max(versions, default=0) != version:
+        raise ConfigError(
+            f"thread.version is {version}, but the newest retained state is "
+            f"{max(versions, default=0)} (a thread's newest state is its version)"
         )
-        versions = [snapshot.version for snapshot in export.states]
-        if len(set(versions)) != len(versions) or any(
-            isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in versions
-        ):
-            raise ConfigError("state versions must be distinct positive ints")
-        if versions and max(versions) != info.version:
+    for i, record in enumerate(export.messages):
+        if not isinstance(record.message, dict):
             raise ConfigError(
-                f"the newest state is version {max(versions)}, the thread is at {info.version}"
+                f"messages[{i}].message must be an object, not {type(record.message).__name__}"
             )
-        when = [info.created_at, info.updated_at]
-        if any(not isinstance(w, datetime) for w in when):
-            raise ConfigError("a thread needs created_at and updated_at")
-        message_ids = [message_id(r.message.get("id")) for r in export.messages]
-        if len(set(message_ids)) != len(message_ids):
-            raise ConfigError("message ids must be unique within a thread")
-        return {
-            "thread": {
+    message_ids = [message_id(r.message.get("id")) for r in export.messages]
+    if len(set(message_ids)) != len(message_ids):
+        raise ConfigError("messages: two messages have the same id")
+    calls = []
+    for i, call in enumerate(export.tool_executions):
+        where = f"tool_executions[{i}]"
+        if call.status not in TOOL_STATUSES:
+            raise ConfigError(f"{where}.status must be one of {TOOL_STATUSES}, not {call.status!r}")
+        attempts = check_count(f"{where}.attempts", call.attempts)
+        if attempts < 1:
+            raise ConfigError(f"{where}.attempts must be at least 1, not {attempts}")
+        if call.error is not None and not isinstance(call.error, str):
+            raise ConfigError(f"{where}.error must be a str or null")
+        calls.append(
+            {
                 "thread_id": thread_id,
-                "user_id": user_id,
-                "name": None if info.name is None else encode(info.name, "name"),
-                "metadata": self._store.encode_object(info.metadata, "metadata")
-                if info.metadata
-                else None,
-                "version": info.version,
-                "created_at": info.created_at,
-                "updated_at": info.updated_at,
-            },
-            "states": [
-                {
-                    "thread_id": thread_id,
-                    "version": snapshot.version,
-                    "state_data": encode_state(snapshot.state),
-                    "meta": self._store.encode_object(snapshot.meta, "meta")
-                    if snapshot.meta
-                    else None,
-                    "created_at": snapshot.created_at,
-                }
-                for snapshot in sorted(export.states, key=lambda snapshot: snapshot.version)
-            ],
-            "messages": [
-                {
-                    "thread_id": thread_id,
-                    "message_id": mid,
-                    "role": r.message.get("role")
-                    if isinstance(r.message.get("role"), str)
-                    else None,
-                    "payload": self._store.encode_object(r.message, "message"),
-                    "created_at": r.created_at,
-                }
-                for mid, r in zip(message_ids, export.messages, strict=True)
-            ],
-            "tool_executions": [
-                {
-                    "thread_id": thread_id,
-                    "tool_call_id": check_id("tool_call_id", call.tool_call_id),
-                    "tool_name": check_id("tool_name", call.tool_name),
-                    "args": self._store.encode_object(call.args, "args"),
-                    "status": call.status,
-                    "result": None if call.result is None else encode(call.result, "result"),
-                    "error": None if call.error is None else encode(call.error, "error"),
-                    "attempts": call.attempts,
-                    "lease_expires_at": call.lease_expires_at,
-                    "started_at": call.started_at,
-                    "finished_at": call.finished_at,
-                }
-                for call in export.tool_executions
-            ],
-        }
+                "tool_call_id": check_id(f"{where}.tool_call_id", call.tool_call_id),
+                "tool_name": check_id(f"{where}.tool_name", call.tool_name),
+                "args": Store.encode_object(call.args, f"{where}.args"),
+                "status": call.status,
+                "result": None if call.result is None else encode(call.result, f"{where}.result"),
+                "error": None if call.error is None else encode(call.error, f"{where}.error"),
+                "attempts": attempts,
+                "lease_expires_at": _optional_datetime(
+                    call.lease_expires_at, f"{where}.lease_expires_at"
+                ),
+                "started_at": _datetime(call.started_at, f"{where}.started_at"),
+                "finished_at": _optional_datetime(call.finished_at, f"{where}.finished_at"),
+            }
+        )
+    if len({c["tool_call_id"] for c in calls}) != len(calls):
+        raise ConfigError("tool_executions: two calls have the same tool_call_id")
+    return {
+        "thread": {
+            "thread_id": thread_id,
+            "user_id": user_id,
+            "name": None if info.name is None else encode(info.name, "thread.name"),
+            "metadata": Store.encode_object(info.metadata, "thread.metadata")
+            if info.metadata
+            else None,
+            "version": version,
+            "created_at": _datetime(info.created_at, "thread.created_at"),
+            "updated_at": _datetime(info.updated_at, "thread.updated_at"),
+        },
+        "states": [
+            {
+                "thread_id": thread_id,
+                "version": snapshot.version,
+                "state_data": encode_state(snapshot.state),
+                "meta": Store.encode_object(snapshot.meta, "state meta") if snapshot.meta else None,
+                "created_at": _datetime(snapshot.created_at, "state created_at"),
+            }
+            for snapshot in sorted(export.states, key=lambda snapshot: snapshot.version)
+        ],
+        "messages": [
+            {
+                "thread_id": thread_id,
+                "message_id": mid,
+                "role": r.message.get("role") if isinstance(r.message.get("role"), str) else None,
+                "payload": Store.encode_object(r.message, "message"),
+                "created_at": _datetime(r.created_at, "message created_at"),
+            }
+            for mid, r in zip(message_ids, export.messages, strict=True)
+        ],
+        "tool_executions": calls,
+    }

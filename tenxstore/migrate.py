@@ -31,6 +31,7 @@ __all__ = [
     "alembic_config",
     "check_schema",
     "current_revision",
+    "downgrade",
     "head_revision",
     "script_location",
     "upgrade",
@@ -163,6 +164,23 @@ async def upgrade(
     """
     async with backend.migration_connection() as connection:
         return await connection.run_sync(_upgrade_sync, schema, id_type, user_id_type, revision)
+
+
+def _downgrade_sync(connection: Connection, schema: str | None, revision: str) -> None:
+    config = alembic_config(connection=connection, schema=schema)
+    before, _ = _read_schema(connection, schema)
+    command.downgrade(config, revision)
+    after, _ = _read_schema(connection, schema)
+    log.warning("downgraded %s from %s to %s", schema or "the database", before, after)
+
+
+async def downgrade(backend: Backend, *, schema: str | None = None, revision: str) -> None:
+    """Migrate the database behind ``backend`` down to ``revision`` (``base``: empty).
+
+    Dropping a revision drops its tables and columns, with their data.
+    """
+    async with backend.migration_connection() as connection:
+        await connection.run_sync(_downgrade_sync, schema, revision)
 
 
 async def upgrade_connection(

@@ -9,7 +9,7 @@ inheritance needed.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from .langgraph_tables import LangGraphTables
@@ -186,3 +186,8 @@ class Checkpointer(Protocol):
         self, export: ThreadExport, *, on_conflict: OnConflict = "fail"
     ) -> ImportOutcome:
         """Write an exported thread back."""
+
+    async def aimport_threads(
+        self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
+    ) -> list[ImportOutcome]:
+        """Write exported threads back, all or nothing."""

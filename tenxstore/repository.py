@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -615,3 +615,10 @@ class CheckpointRepository:
         """Write an exported thread back, in one transaction (see
         :meth:`ThreadExports.aimport_thread`)."""
         return await self.exports.aimport_thread(export, on_conflict=on_conflict)
+
+    async def aimport_threads(
+        self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
+    ) -> list[ImportOutcome]:
+        """Write exported threads back in ONE transaction; any error writes nothing (see
+        :meth:`ThreadExports.aimport_threads`)."""
+        return await self.exports.aimport_threads(exports, on_conflict=on_conflict)

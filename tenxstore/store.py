@@ -104,6 +104,20 @@ class Store:
         async with self.backend.write(self.sql.lock, {"b_thread": thread_id}) as locked:
             yield locked
 
+    @asynccontextmanager
+    async def write_many(
+        self, thread_ids: Iterable[Any]
+    ) -> AsyncIterator[tuple[AsyncConnection, dict[Any, Any]]]:
+        """One write transaction holding the row locks of several threads, taken in id
+        order (two such writers cannot deadlock); yields (conn, {thread_id: row or None})."""
+        ordered = sorted(set(thread_ids))
+        async with self.write(ordered[0]) as (conn, first):
+            locked = {ordered[0]: first}
+            for thread_id in ordered[1:]:
+                row = await conn.execute(self.sql.lock, {"b_thread": thread_id})
+                locked[thread_id] = row.first()
+            yield conn, locked
+
     async def read(self, stmt: Executable, params: dict[str, Any] | None = None) -> list[Row[Any]]:
         """One read statement (retried once on a connection found dead)."""
         if self.store_id is None:

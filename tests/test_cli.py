@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 import tenxstore
-from tenxstore import archive, migrate
+from tenxstore import archive, migrate, serde
 from tenxstore.cli import app
 from tests import services
 from tests.conftest import drop_schema, new_schema
@@ -66,8 +67,12 @@ def invoke(*args: str) -> Any:
 
 def test_upgrade_and_current(db: list[str]) -> None:
     before = invoke("current", *db)
-    assert before.exit_code == 0, before.output
-    assert "current: (none)" in before.output and "behind" in before.output
+    assert before.exit_code == 1, before.output  # behind head is not "fine"
+    if db[1].startswith("sqlite"):
+        assert "no SQLite database" in before.output
+        assert not Path(db[1].removeprefix("sqlite:///")).exists()  # reading created nothing
+    else:
+        assert "current: (none)" in before.output and "behind" in before.output
     assert invoke("upgrade", *db).exit_code == 0
     after = invoke("current", *db)
     assert f"current: {migrate.head_revision()}" in after.output and "up to date" in after.output
@@ -223,3 +228,177 @@ def test_demo_runs_with_no_flags(tmp_path: Path) -> None:
     assert "replayed from the ledger" in done.stdout
     assert "email sent 1 time(s) and replayed 1 time(s)" in done.stdout
     assert (tmp_path / "tenxstore-demo.db").exists()
+
+
+def lines_of(path: Path) -> list[dict[str, Any]]:
+    return [serde.decode(line) for line in path.read_text().splitlines()]
+
+
+def write_lines(path: Path, records: list[dict[str, Any]]) -> None:
+    def line(record: dict[str, Any]) -> str:
+        try:
+            return serde.encode(record)
+        except tenxstore.SerializationError:  # a lone surrogate: only an escape writes it
+            return json.dumps(record)
+
+    path.write_text("".join(line(r) + "\n" for r in records))
+
+
+@pytest.mark.parametrize(
+    ("break_it", "named"),
+    [
+        (lambda r: r["thread"].update(version=-5), "$.thread.version"),
+        (lambda r: r["messages"].append({"message": [1], "created_at": None}), "$.messages"),
+        (lambda r: r["tool_executions"][0].update(status="x" * 40), "$.tool_executions[0].status"),
+        (lambda r: r["thread"].update(version=r["thread"]["version"] + 1), "thread.version"),
+        (lambda r: r["thread"].update(thread_id="\ud800"), ":2:"),  # not even JSON text
+    ],
+    ids=["negative-version", "list-message", "long-status", "version-mismatch", "surrogate-id"],
+)
+def test_import_checks_every_line_first_and_writes_nothing(
+    tmp_path: Path, break_it: Any, named: str
+) -> None:
+    source = ["--url", f"sqlite:///{tmp_path / 's.db'}"]
+    fill(source, threads=3)
+    path = tmp_path / "all.jsonl"
+    assert invoke("export", "--all", "-o", str(path), *source).exit_code == 0
+    records = lines_of(path)
+    break_it(records[1])
+    write_lines(path, records)
+    target = f"sqlite:///{tmp_path / 't.db'}"
+    done = run_cli("import", str(path), "--url", target)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"{path}:2:" in done.stderr and named in done.stderr, done.stderr
+    assert export_all(["--url", target]) == []  # line 1 was not imported either
+
+
+def test_a_conflict_on_a_later_line_imports_nothing(tmp_path: Path) -> None:
+    source = ["--url", f"sqlite:///{tmp_path / 's.db'}"]
+    fill(source, threads=3)
+    path = tmp_path / "all.jsonl"
+    assert invoke("export", "--all", "-o", str(path), *source).exit_code == 0
+    target = ["--url", f"sqlite:///{tmp_path / 't.db'}"]
+    fill(target, threads=1, turns=5)  # thread-0 exists in the target with other content
+    records = lines_of(path)
+    write_lines(path, [*records[1:], records[0]])
+    done = run_cli("import", str(path), *target)
+    assert done.returncode == 1 and f"{path}:3:" in done.stderr and "other content" in done.stderr
+    assert [e["thread"]["thread_id"] for e in export_all(target)] == ["thread-0"]
+
+
+def test_export_to_standard_output_and_no_file_on_failure(tmp_path: Path) -> None:
+    source = ["--url", f"sqlite:///{tmp_path / 's.db'}"]
+    fill(source, threads=2)
+    done = run_cli("export", "--all", *source)
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["thread"]["thread_id"] for line in done.stdout.splitlines()] == [
+        "thread-0",
+        "thread-1",
+    ]
+    target = tmp_path / "nope.jsonl"
+    missing = run_cli("export", "thread-0", "nope", "-o", str(target), *source)
+    assert missing.returncode == 1 and "no thread 'nope'" in missing.stderr
+    assert not target.exists() and list(tmp_path.glob("*.partial")) == []
+
+
+def test_commands_that_read_create_no_database(tmp_path: Path) -> None:
+    absent = tmp_path / "absent.db"
+    for args in (
+        ["threads", "--url", f"sqlite:///{absent}"],
+        ["current", "--url", f"sqlite:///{absent}"],
+        ["doctor", "--url", f"sqlite:///{absent}"],
+        ["copy", f"sqlite:///{absent}", f"sqlite:///{tmp_path / 'copy.db'}"],
+    ):
+        done = run_cli(*args)
+        assert done.returncode == 1 and "no SQLite database" in done.stderr, (args, done.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_bad_choices_fail_before_connecting(tmp_path: Path) -> None:
+    (tmp_path / "x.jsonl").write_text("")
+    done = run_cli(
+        "import",
+        str(tmp_path / "x.jsonl"),
+        "--on-conflict",
+        "bogus",
+        "--url",
+        "postgresql://x@127.0.0.1:1/db",
+    )
+    assert done.returncode == 2 and "--on-conflict" in done.stderr and "bogus" in done.stderr
+    assert "on_conflict" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_listings_say_when_there_is_nothing_and_print_one_time_format(tmp_path: Path) -> None:
+    db = ["--url", f"sqlite:///{tmp_path / 'd.db'}"]
+    assert invoke("upgrade", *db).exit_code == 0
+    empty = invoke("threads", *db)
+    assert empty.exit_code == 0 and "no threads" in empty.output
+    fill(db, threads=1, turns=2)
+    stamps = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC")
+    assert stamps.search(invoke("threads", *db).output)
+    assert stamps.search(invoke("history", "thread-0", *db).output)
+    assert "``" not in invoke("history", "--help").output
+
+
+def test_version_downgrade_and_doctor(tmp_path: Path) -> None:
+    assert invoke("--version").output.strip() == f"tenxstore {tenxstore.__version__}"
+    db = ["--url", f"sqlite:///{tmp_path / 'd.db'}"]
+    assert invoke("upgrade", *db).exit_code == 0
+    healthy = invoke("doctor", *db)
+    assert healthy.exit_code == 0 and "healthy" in healthy.output
+    refused = invoke("downgrade", "0002_langgraph", *db)
+    assert refused.exit_code == 1 and "--yes" in refused.output
+    assert invoke("downgrade", "0002_langgraph", *db, "--yes").exit_code == 0
+    behind = invoke("doctor", *db)
+    assert (
+        behind.exit_code == 1 and "0002_langgraph" in behind.output and "upgrade" in behind.output
+    )
+    no_redis = invoke("doctor", *db, "--redis-url", f"redis://127.0.0.1:{services.free_port()}/0")
+    assert no_redis.exit_code == 1 and "cache:" in no_redis.output
+
+
+def test_demo_on_postgresql(tmp_path: Path) -> None:
+    schema = new_schema()
+    try:
+        done = run_cli("demo", "--url", services.pg_url(), "--schema", schema, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "email sent 1 time(s)" in done.stdout and list(tmp_path.iterdir()) == []
+    finally:
+        asyncio.run(drop_schema(services.pg_url(), schema))
+
+
+def test_import_replace_invalidates_the_applications_cache(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    fill(["--url", url], threads=1, turns=2)
+    backup = tmp_path / "backup.jsonl"
+    assert invoke("export", "thread-0", "-o", str(backup), "--url", url).exit_code == 0
+
+    async def app_reads() -> Any:
+        async with tenxstore.SqliteCheckpointer(
+            tmp_path / "app.db", redis_url=services.redis_url()
+        ) as cp:
+            return await cp.aget_state_cache({"thread_id": "thread-0", "user_id": "user-0"})
+
+    async def app_writes() -> None:
+        async with tenxstore.SqliteCheckpointer(
+            tmp_path / "app.db", redis_url=services.redis_url()
+        ) as cp:
+            config = {"thread_id": "thread-0", "user_id": "user-0"}
+            await cp.aget_state_cache(config)
+            await cp.aput_state(config, {"turn": "after the backup"})
+            assert await cp.aget_state_cache(dict(config)) == {"turn": "after the backup"}
+
+    asyncio.run(app_writes())
+    done = invoke(
+        "import",
+        str(backup),
+        "--url",
+        url,
+        "--on-conflict",
+        "replace",
+        "--redis-url",
+        services.redis_url(),
+    )
+    assert done.exit_code == 0 and "1 replaced" in done.output, done.output
+    restored = asyncio.run(app_reads())
+    assert restored is not None and restored["turn"] == 1  # the backup, not the cached entry

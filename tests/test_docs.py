@@ -18,6 +18,7 @@ from tests.conftest import drop_schema
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(python|sh)\n(.*?)^```", re.M | re.S)
+README_TEXT = (ROOT / "README.md").read_text()
 SCHEMAS = ("howto_swap", "howto_moved", "deploy_sample", "deploy_pooled")
 
 
@@ -63,3 +64,38 @@ def test_the_api_reference_names_every_public_name() -> None:
         if name.startswith("a") and callable(getattr(tenxstore.CheckpointRepository, name))
     ]
     assert [m for m in methods if f"{m}(" not in reference] == []
+
+
+def test_the_readmes_first_errors_are_printed_as_quoted(tmp_path: Path) -> None:
+    quoted = re.findall(r"^```text\n(tenxstore\.errors\.\w+: .*?)\n```", README_TEXT, re.M)
+    script = """
+import asyncio, tenxstore
+
+def show(exc):
+    print(f"{type(exc).__module__}.{type(exc).__name__}: {exc}")
+
+async def main():
+    async with tenxstore.SqliteCheckpointer("agent_state.db") as cp:
+        try:
+            await cp.aget_state({"thread_id": "t-1", "user_id": "alice"})
+        except tenxstore.SchemaNotReady as exc:
+            show(exc)
+        await cp.asetup()
+        try:
+            await cp.aget_state({"thread_id": "t-1"})
+        except tenxstore.ConfigError as exc:
+            show(exc)
+    dsn, redis = "postgresql://postgres@localhost:5433/agents", "redis://localhost:6379/0"
+    async with tenxstore.PgCheckpointer(postgres_dsn=dsn, redis_url=redis) as cp:
+        try:
+            await cp.aget_state({"thread_id": "t-1", "user_id": "alice"})
+        except tenxstore.DatabaseUnavailable as exc:
+            show(exc)
+
+asyncio.run(main())
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == quoted
