@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TextIO
 
 import msgspec
+import msgspec.structs
 
 from .errors import ConfigError, ImportConflict, SerializationError, TenxStoreError
 from .exports import import_rows
@@ -160,34 +161,13 @@ def export_from_json(data: Any) -> ThreadExport:
         line = msgspec.convert(data, _Line)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"not a {FORMAT} record: {exc}") from None
-    t = line.thread
-    thread = ThreadInfo(
-        thread_id=t.thread_id,
-        user_id=t.user_id,
-        name=t.name,
-        metadata=t.metadata,
-        created_at=t.created_at,
-        updated_at=t.updated_at,
-        version=t.version,
-    )
+    thread = ThreadInfo(**msgspec.structs.asdict(line.thread))
     return ThreadExport(
         thread=thread,
-        states=tuple(StateSnapshot(s.version, s.state, s.meta, s.created_at) for s in line.states),
-        messages=tuple(MessageRecord(m.message, m.created_at) for m in line.messages),
+        states=tuple(StateSnapshot(**msgspec.structs.asdict(s)) for s in line.states),
+        messages=tuple(MessageRecord(**msgspec.structs.asdict(m)) for m in line.messages),
         tool_executions=tuple(
-            ToolExecution(
-                thread_id=t.thread_id,
-                tool_call_id=c.tool_call_id,
-                tool_name=c.tool_name,
-                args=c.args,
-                status=c.status,
-                result=c.result,
-                error=c.error,
-                attempts=c.attempts,
-                started_at=c.started_at,
-                finished_at=c.finished_at,
-                lease_expires_at=c.lease_expires_at,
-            )
+            ToolExecution(thread_id=thread.thread_id, **msgspec.structs.asdict(c))
             for c in line.tool_executions
         ),
     )

@@ -14,7 +14,8 @@ import asyncio
 import enum
 import functools
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -143,14 +144,21 @@ def _repo(url: str, schema: str | None, *, reads_only: bool = False) -> Checkpoi
     return CheckpointRepository(url, schema=schema, enforce_user_isolation=False)
 
 
-def _cached(
+@asynccontextmanager
+async def _cached(
     repo: CheckpointRepository, redis_url: str | None, key_prefix: str | None
-) -> Checkpointer:
+) -> AsyncIterator[Checkpointer]:
+    """The repository behind the application's cache (when given), so what a command
+    changes is fenced there too."""
     if redis_url is None:
-        return repo
-    return CachedCheckpointer(
-        repo, redis_url=redis_url, key_prefix=key_prefix or DEFAULT_KEY_PREFIX
-    )
+        yield repo
+        return
+    prefix = key_prefix or DEFAULT_KEY_PREFIX
+    cached = CachedCheckpointer(repo, redis_url=redis_url, key_prefix=prefix)
+    try:
+        yield cached
+    finally:
+        await cached.aclose()
 
 
 def _scope(user: str | None) -> dict[str, Any]:
@@ -232,13 +240,11 @@ async def doctor(
     key_prefix: KeyPrefix = None,
 ) -> None:
     """Check the database, its schema and the Redis cache; exit 1 if something is wrong."""
-    async with _repo(url, schema, reads_only=True) as repo:
-        cp = _cached(repo, redis_url, key_prefix)
-        try:
-            health = await cp.acheck()
-        finally:
-            if cp is not repo:
-                await cp.aclose()
+    async with (
+        _repo(url, schema, reads_only=True) as repo,
+        _cached(repo, redis_url, key_prefix) as cp,
+    ):
+        health = await cp.acheck()
     out.print(f"database  {health.database}")
     out.print(f"schema    {health.revision or '(none)'} (this release needs {health.head})")
     if health.cache is not None:
@@ -380,12 +386,8 @@ async def import_(
 
     async def run(repo: CheckpointRepository) -> Any:
         await repo.asetup()
-        cp = _cached(repo, redis_url, key_prefix)
-        try:
+        async with _cached(repo, redis_url, key_prefix) as cp:
             return await archive.import_file(cp, path, on_conflict.value)
-        finally:
-            if cp is not repo:
-                await cp.aclose()
 
     outcomes = await _with(url, schema, run, reads_only=False)
     out.print("imported: " + ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items())))

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal
 from sqlalchemy import Table
 from sqlalchemy.engine import URL, Row
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool, StaticPool
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Insert
@@ -103,6 +103,9 @@ class Backend(ABC):
     name: ClassVar[str]
     dialect: ClassVar[DialectName]
     supports_schema: ClassVar[bool] = False
+    pool_per_loop: ClassVar[bool] = True
+    """Whether connections belong to an event loop (not so: one in-memory SQLite
+    connection that every loop shares, and that only aclose() closes)."""
 
     def __init__(
         self,
@@ -117,11 +120,12 @@ class Backend(ABC):
         # asyncpg and aiosqlite connections belong to one event loop: an engine this
         # backend created gets a twin for a loop that runs beside the first one, and
         # each is disposed of when its loop shuts down (tenxstore.loops).
+        per_loop = owns_engine and self.pool_per_loop
         self._engines = PerLoop(
             self._pair(engine),
             make=None if make_engine is None else lambda: self._pair(make_engine()),
-            close=self._dispose if owns_engine else None,
-            reset=self._reset if owns_engine else None,
+            close=self._dispose if per_loop else None,
+            reset=self._reset if per_loop else None,
             foreign=None if owns_engine else self._foreign,
         )
 
@@ -166,11 +170,26 @@ class Backend(ABC):
     # -- how this mode runs things (hooks) -----------------------------------------
 
     @classmethod
-    @abstractmethod
     def create_engine(
         cls, url: URL, options: dict[str, Any], lock_timeout: float | None
     ) -> AsyncEngine:
         """An engine for ``url`` with this mode's defaults, overridable by ``options``."""
+        options = dict(options)
+        connect_args = {**cls.connect_args(lock_timeout), **options.pop("connect_args", {})}
+        kwargs = {**cls.pool_args(), **options}
+        engine = create_async_engine(url, connect_args=connect_args, **kwargs)
+        cls.prepare(engine, lock_timeout)
+        return engine
+
+    @classmethod
+    def connect_args(cls, lock_timeout: float | None) -> dict[str, Any]:
+        """Driver connect arguments this mode needs."""
+        return {}
+
+    @classmethod
+    def pool_args(cls) -> dict[str, Any]:
+        """``create_async_engine`` arguments of this mode's pool."""
+        return {}
 
     @classmethod
     @abstractmethod
@@ -362,5 +381,9 @@ class Backend(ABC):
     async def aclose(self) -> None:
         """Close the connection pool of the running loop, if this backend created it
         (a pool of another loop is closed when that loop shuts down)."""
-        if self.owns_engine:
+        if not self.owns_engine:
+            return
+        if self.pool_per_loop:
             await self._engines.aclose_current()
+        else:
+            await self._engines.first[0].dispose()

@@ -26,9 +26,9 @@ from typing import Any
 from sqlalchemy import Table, Text, bindparam, delete, event, func, insert, select, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.engine import URL, Engine
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import BindParameter
@@ -81,21 +81,8 @@ class PostgresBackend(Backend):
     supports_schema = True
 
     @classmethod
-    def create_engine(
-        cls, url: URL, options: dict[str, Any], lock_timeout: float | None
-    ) -> AsyncEngine:
-        """An engine for ``url`` with tenxstore's pool defaults, overridable by ``options``."""
-        options = dict(options)
-        connect_args = {**cls.connect_args(), **options.pop("connect_args", {})}
-        kwargs: dict[str, Any] = {"pool_size": 10, "max_overflow": 10, "pool_recycle": 1800}
-        engine = create_async_engine(url, connect_args=connect_args, **{**kwargs, **options})
-        cls.prepare(engine, lock_timeout)
-        return engine
-
-    @classmethod
-    def connect_args(cls) -> dict[str, Any]:
-        """asyncpg connect arguments this mode needs."""
-        return {}
+    def pool_args(cls) -> dict[str, Any]:
+        return {"pool_size": 10, "max_overflow": 10, "pool_recycle": 1800}
 
     @classmethod
     def prepare(cls, engine: AsyncEngine, lock_timeout: float | None) -> None:
@@ -270,7 +257,7 @@ class PgBouncerBackend(PostgresBackend):
     name = "pgbouncer"
 
     @classmethod
-    def connect_args(cls) -> dict[str, Any]:
+    def connect_args(cls, lock_timeout: float | None) -> dict[str, Any]:
         return transaction_pooling_args()
 
     @classmethod

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -25,7 +26,7 @@ from sqlalchemy import Table, event
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.dml import Insert
 
@@ -51,24 +52,8 @@ class SqliteBackend(Backend):
     dialect = "sqlite"
 
     @classmethod
-    def create_engine(
-        cls, url: URL, options: dict[str, Any], lock_timeout: float | None
-    ) -> AsyncEngine:
-        """An engine for ``url`` with a busy timeout, overridable by ``options``."""
-        options = dict(options)
-        connect_args = {"timeout": timeout_ms(lock_timeout) / 1000, **cls.connect_args()}
-        connect_args.update(options.pop("connect_args", {}))
-        engine = create_async_engine(url, connect_args=connect_args, **cls.pool_args(), **options)
-        cls.prepare(engine, lock_timeout)
-        return engine
-
-    @classmethod
-    def connect_args(cls) -> dict[str, Any]:
-        return {}
-
-    @classmethod
-    def pool_args(cls) -> dict[str, Any]:
-        return {}
+    def connect_args(cls, lock_timeout: float | None) -> dict[str, Any]:
+        return {"timeout": timeout_ms(lock_timeout) / 1000}  # the busy timeout
 
     @classmethod
     def prepare(cls, engine: AsyncEngine, lock_timeout: float | None) -> None:
@@ -140,36 +125,30 @@ class SqliteBackend(Backend):
 
 
 class MemoryBackend(SqliteBackend):
-    """An in-memory SQLite database: one connection, transactions in turn."""
+    """An in-memory SQLite database: one connection, transactions in turn.
+
+    The connection is not tied to a loop (aiosqlite runs it in a thread): every loop
+    shares it, and only aclose() closes it (the database goes with it).
+    """
 
     name = "memory"
-
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        *,
-        owns_engine: bool,
-        lock_timeout: float | None,
-        make_engine: Callable[[], AsyncEngine] | None = None,
-    ):
-        # One connection that is not tied to a loop (aiosqlite runs it in a thread):
-        # every loop shares it, and it is closed only by aclose().
-        super().__init__(engine, owns_engine=False, lock_timeout=lock_timeout)
-        self.owns_engine = owns_engine
-        self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._create_schema: SchemaHook | None = None
+    pool_per_loop = False
+    _create_schema: SchemaHook | None = None
 
     @classmethod
-    def connect_args(cls) -> dict[str, Any]:
-        return {"check_same_thread": False}
+    def connect_args(cls, lock_timeout: float | None) -> dict[str, Any]:
+        return {**super().connect_args(lock_timeout), "check_same_thread": False}
 
     @classmethod
     def pool_args(cls) -> dict[str, Any]:
         return {"poolclass": StaticPool}
 
+    @functools.cached_property
+    def _turns(self) -> weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]:
+        return weakref.WeakKeyDictionary()
+
     def _turn(self) -> asyncio.Lock:
+        """The lock that makes this loop's transactions take turns on the connection."""
         loop = asyncio.get_running_loop()
         lock = self._turns.get(loop)
         if lock is None:
@@ -195,7 +174,3 @@ class MemoryBackend(SqliteBackend):
 
     def setup_engine(self) -> None:  # type: ignore[override]  # the database is this engine
         return None
-
-    async def aclose(self) -> None:
-        if self.owns_engine:
-            await self._engines.first[0].dispose()
