@@ -78,13 +78,14 @@ def cache_key(prefix: str, thread_id: Any, user_id: Any, isolated: bool) -> str:
     return f"{prefix}:{_segment(thread_id)}:{user}"
 
 
-def _body(state: dict[str, Any]) -> tuple[str, str] | None:
-    """A state's text as (stdlib mark, members after ``{``); None when the state uses
-    the incarnation's member itself (it cannot be cached, and is served from the
-    database instead)."""
+def _body(state: dict[str, Any], text: str | None = None) -> tuple[str, str] | None:
+    """A state's text (``text`` when the store has encoded it already) as (stdlib mark,
+    members after ``{``); None when the state uses the incarnation's member itself (it
+    cannot be cached, and is served from the database instead)."""
     if INCARNATION_MEMBER in state:
         return None
-    text = encode_state(state)
+    if text is None:
+        text = encode_state(state)
     mark = " " if text.startswith(" ") else ""
     text = text[len(mark) :]
     return mark, ("}" if text == "{}" else "," + text[1:])
@@ -262,12 +263,13 @@ class CachedCheckpointer:
         incarnation: int | None,
         fences: Iterable[tuple[str, Fence]],
         prepared: float,
+        text: str | None = None,
     ) -> bool:
         """The guarded put of ``key`` with fences of other keys; a put prepared too long
         ago (or a state that cannot be cached) only fences."""
         redis = self._redis
         assert redis is not None
-        body = _body(state)
+        body = _body(state, text)
         if body is None or time.monotonic() - prepared > MAX_PUT_AGE:
             own = (incarnation, version) if incarnation is not None else BLANKET
             await redis.fence([(key, own), *fences])
@@ -361,7 +363,9 @@ class CachedCheckpointer:
             assert own is not None
             fence = (commit.incarnation, commit.version)
             others = [] if other is None else [(other, fence)]
-            await self._put(own, state, commit.version, commit.incarnation, others, prepared)
+            await self._put(
+                own, state, commit.version, commit.incarnation, others, prepared, commit.state_text
+            )
         return commit
 
     async def aput_state(

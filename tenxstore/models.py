@@ -100,7 +100,12 @@ class ThreadRow(Base):
     # delete, or replaced by an import). Assigned by the database (migration 0003).
     incarnation: Mapped[int] = mapped_column(BigInteger)
 
-    __table_args__ = (Index("ix_threads_user_id_updated_at", "user_id", "updated_at"),)
+    # user_id alone: an index on updated_at would make every version bump a non-HOT
+    # update on PostgreSQL (migration 0004); fillfactor leaves room for HOT updates.
+    __table_args__ = (
+        Index("ix_threads_user_id", "user_id"),
+        {"postgresql_with": {"fillfactor": 90}},
+    )
 
 
 class StateRow(Base):

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import migrate
 from .backends import DEFAULT_LOCK_TIMEOUT_S, POOL_MODES, Backend, PoolMode, open_backend
+from .backends.base import HeadWrite
 from .config import record_read, recorded_incarnation, recorded_version
 from .errors import ConfigError, SerializationError, StaleStateError, TenxStoreError
 from .exports import ThreadExports
@@ -336,13 +337,32 @@ class CheckpointRepository:
         meta_text = None if meta is None else store.encode_object(meta, "meta")
         message_rows = store.encode_messages(messages)
         now = store.now()
+        owner = ids.user_id if ids.isolated else None
+        head = await store.commit_head(
+            HeadWrite(
+                ids.thread_id,
+                owner,
+                expected,
+                expected_life,
+                payload,
+                meta_text,
+                now,
+                message_rows,
+                self.state_history_limit,
+            )
+        )
+        if head is not None:  # the common case, in one step
+            record_read(config, head.version, head.incarnation)
+            return Commit(ids.thread_id, head.user_id, head.incarnation, head.version, payload)
+        # The thread is absent, another user's, or not at the version the run read (or
+        # this mode has no one-step write): lock it, create it or raise the precise error.
         async with store.write(ids.thread_id) as (conn, locked):
             row = await store.claim_thread(conn, ids, locked, now)
-            head, life = row.version, row.incarnation
+            version, life = row.version, row.incarnation
             replaced = expected_life is not None and expected_life != life
-            if expected is not None and (expected != head or replaced):
-                raise StaleStateError(ids.thread_id, expected, head, replaced)
-            version = head + 1
+            if expected is not None and (expected != version or replaced):
+                raise StaleStateError(ids.thread_id, expected, version, replaced)
+            version += 1
             upto = version - self.state_history_limit
             await store.backend.write_state(
                 conn,
@@ -359,7 +379,7 @@ class CheckpointRepository:
                 prune=upto > 0,
             )
         record_read(config, version, life)
-        return Commit(ids.thread_id, row.user_id, life, version)
+        return Commit(ids.thread_id, row.user_id, life, version, payload)
 
     async def aput_state(
         self, config: dict[str, Any], state: dict[str, Any], *, meta: dict[str, Any] | None = None
@@ -369,22 +389,14 @@ class CheckpointRepository:
 
     async def aget_state(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The latest durable state, or None; records its version (0 when none) in config."""
-        store = self._store
-        ids = store.ids(config)
-        if ids.isolated:
-            rows = await store.read(
-                store.sql.head_state_of_user, {"b_thread": ids.thread_id, "b_user": ids.user_id}
-            )
-        else:
-            rows = await store.read(store.sql.head_state, {"b_thread": ids.thread_id})
-        if not rows:
+        head = await self._store.read_head(self._store.ids(config))
+        if head is None:
             record_read(config, 0, None)
             return None
-        row = rows[0]
-        record_read(config, row.version, row.incarnation)
-        if row.state_data is None:
+        record_read(config, head.version, head.incarnation)
+        if head.state is None:
             return None
-        state: dict[str, Any] = decode(row.state_data)
+        state: dict[str, Any] = decode(head.state)
         return state
 
     async def aget_state_cache(self, config: dict[str, Any]) -> dict[str, Any] | None:

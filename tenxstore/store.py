@@ -21,6 +21,7 @@ from sqlalchemy.sql import Executable
 
 from . import migrate
 from .backends import Backend
+from .backends.base import Head, HeadWrite
 from .config import RunIds, read_config
 from .errors import SerializationError, ThreadOwnershipError
 from .serde import encode
@@ -50,6 +51,7 @@ class Store:
         self.backend = backend
         self.sql = sql
         self.tables = sql.tables
+        backend.bind(sql)
         self.settings = settings
         self.schema = schema
         self.store_id: str | None = None
@@ -103,6 +105,18 @@ class Store:
             await self.ensure_ready()
         async with self.backend.write(self.sql.lock, {"b_thread": thread_id}) as locked:
             yield locked
+
+    async def read_head(self, ids: RunIds) -> Head | None:
+        """The head of the call's thread (as its caller may see it), or None."""
+        if self.store_id is None:
+            await self.ensure_ready()
+        return await self.backend.read_head(ids.thread_id, ids.user_id if ids.isolated else None)
+
+    async def commit_head(self, write: HeadWrite) -> Head | None:
+        """The common state write in one step, or None (then take the locked path)."""
+        if self.store_id is None:
+            await self.ensure_ready()
+        return await self.backend.commit_head(write)
 
     @asynccontextmanager
     async def write_many(

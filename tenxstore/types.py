@@ -54,6 +54,8 @@ class Commit:
     user_id: Any
     incarnation: int
     version: int
+    state_text: str | None = field(default=None, repr=False, compare=False)
+    """The state as the store encoded it (a cache stores the same text, encoded once)."""
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,9 @@ async def pg_schema(pg_url: str) -> AsyncIterator[str]:
     await drop_schema(pg_url, schema)
 
 
-async def _backend(name: str, tmp_path: Path) -> AsyncIterator[Backend]:
+@asynccontextmanager
+async def backend_for(name: str, tmp_path: Path) -> AsyncIterator[Backend]:
+    """A backend by name (see BACKENDS) for one test, cleaned up afterwards."""
     redis_url = services.redis_url() if name.endswith("+redis") else None
     if name == "memory":
         backend = Backend(name)
@@ -121,14 +124,14 @@ async def _backend(name: str, tmp_path: Path) -> AsyncIterator[Backend]:
 @pytest.fixture(params=BACKENDS)
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     """Every backend: in-memory, SQLite file, PostgreSQL."""
-    async for b in _backend(request.param, tmp_path):
+    async with backend_for(request.param, tmp_path) as b:
         yield b
 
 
 @pytest.fixture(params=SQL_BACKENDS)
 async def sql_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     """The backends that other processes and instances can share: SQLite file, PostgreSQL."""
-    async for b in _backend(request.param, tmp_path):
+    async with backend_for(request.param, tmp_path) as b:
         yield b
 
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["RedisServer", "TcpProxy", "free_port", "wait_for_port"]
+__all__ = ["PgWire", "RedisServer", "TcpProxy", "free_port", "wait_for_port"]
 
 
 def free_port() -> int:
@@ -85,12 +85,19 @@ class TcpProxy:
     ``cut()`` closes every open connection and refuses new ones (a partition, a
     restarted proxy); ``restore()`` lets them through again. ``drop`` is asked with
     each chunk a client sends: when it says so the connection is closed instead of
-    forwarding it (a server that dies mid-conversation).
+    forwarding it (a server that dies mid-conversation); ``parser`` makes such a hook
+    per connection, for one that keeps state (a protocol parser).
     """
 
-    def __init__(self, target_port: int, drop: Callable[[bytes], bool] | None = None) -> None:
+    def __init__(
+        self,
+        target_port: int,
+        drop: Callable[[bytes], bool] | None = None,
+        parser: Callable[[], Callable[[bytes], bool]] | None = None,
+    ) -> None:
         self.target_port = target_port
         self.drop = drop
+        self.parser = parser  # makes a ``drop`` per connection (a stateful parser)
         self.port = 0
         self.open = True
         self._server: asyncio.base_events.Server | None = None
@@ -114,7 +121,9 @@ class TcpProxy:
         pair = (writer, up_writer)
         self._writers |= set(pair)
         for task in (
-            asyncio.ensure_future(self._pipe(reader, up_writer, self.drop, pair)),
+            asyncio.ensure_future(
+                self._pipe(reader, up_writer, self.parser() if self.parser else self.drop, pair)
+            ),
             asyncio.ensure_future(self._pipe(up_reader, writer, None, pair)),
         ):
             self._tasks.add(task)
@@ -161,3 +170,58 @@ class TcpProxy:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+
+
+class PgWire:
+    """Counts what PostgreSQL clients send, message by message: statements executed
+    (Execute, Query) and round trips (each Sync or Query waits for ReadyForQuery).
+
+    ``TcpProxy(port, drop=wire.reader())`` feeds it: one parser per connection.
+    """
+
+    def __init__(self) -> None:
+        self.executes = self.queries = self.syncs = 0
+
+    def reader(self) -> Callable[[], Callable[[bytes], bool]]:
+        """A factory of per-connection parsers, for TcpProxy's ``parser`` argument."""
+        return self._connection
+
+    def _connection(self) -> Callable[[bytes], bool]:
+        buffer = b""
+        started = False
+
+        def feed(chunk: bytes) -> bool:
+            nonlocal buffer, started
+            buffer += chunk
+            while True:
+                if not started:  # SSLRequest / StartupMessage: a length, no type byte
+                    if len(buffer) < 8:
+                        return False
+                    length = int.from_bytes(buffer[:4], "big")
+                    if len(buffer) < length:
+                        return False
+                    started = int.from_bytes(buffer[4:8], "big") == 196608  # protocol 3.0
+                else:
+                    if len(buffer) < 5:
+                        return False
+                    length = 1 + int.from_bytes(buffer[1:5], "big")
+                    if len(buffer) < length:
+                        return False
+                    kind = buffer[:1]
+                    self.executes += kind == b"E"
+                    self.queries += kind == b"Q"
+                    self.syncs += kind == b"S"
+                buffer = buffer[length:]
+
+        return feed
+
+    @property
+    def round_trips(self) -> int:
+        return self.syncs + self.queries
+
+    @property
+    def statements(self) -> int:
+        return self.executes + self.queries
+
+    def reset(self) -> None:
+        self.executes = self.queries = self.syncs = 0

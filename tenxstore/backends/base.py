@@ -12,25 +12,38 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
-from sqlalchemy import Table
+from sqlalchemy import Table, event
 from sqlalchemy.engine import URL, Row
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool, StaticPool
+from sqlalchemy.pool import NullPool, QueuePool, StaticPool
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Insert
+from sqlalchemy.util import greenlet_spawn
 
 from ..errors import ConfigError, ConnectionLost, DatabaseUnavailable, LockTimeout, TenxStoreError
 from ..loops import PerLoop
 from ..models import Tables
 
-__all__ = ["DEFAULT_LOCK_TIMEOUT_S", "Backend", "DialectName", "StateWrite", "timeout_ms"]
+__all__ = [
+    "DEFAULT_LOCK_TIMEOUT_S",
+    "Backend",
+    "Borrowed",
+    "DialectName",
+    "EngineSet",
+    "Head",
+    "HeadWrite",
+    "StateWrite",
+    "timeout_ms",
+]
 
 DialectName = Literal["postgresql", "sqlite"]
 _SQLITE_CANTOPEN = 14
@@ -85,9 +98,134 @@ def _refusal(exc: BaseException) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class HeadWrite:
+    """A state write that a backend's hot path may commit in one step.
+
+    It commits only the common case — the thread exists, ``user_id`` (when given)
+    owns it, its version is ``expected`` and its incarnation ``incarnation`` (when
+    given) — and otherwise writes nothing: the repository then takes the locked path,
+    which creates threads and raises the precise error.
+    """
+
+    thread_id: Any
+    user_id: Any
+    expected: int | None
+    incarnation: int | None
+    state: str
+    meta: str | None
+    now: datetime
+    messages: list[dict[str, Any]]
+    history_limit: int
+
+
+class Head(NamedTuple):
+    """A thread's head: version, incarnation, owner, and the state's text (None when
+    it has no state, or when not read)."""
+
+    version: int
+    incarnation: int
+    user_id: Any
+    state: str | None
+
+
 StateWrite = dict[str, Any]
 """Parameters of one state write: ``b_thread``, ``b_version``, ``b_state``, ``b_meta``,
 ``b_now``, ``b_upto`` and ``messages`` (rows of ``message_id``, ``role``, ``payload``)."""
+
+
+class Borrowed:
+    """Connections borrowed from SQLAlchemy's pool for driver-level hot statements,
+    kept between calls so a hot call pays no checkout.
+
+    A hot call takes one (the last one given back, or a new checkout), runs its
+    statement on the driver connection, and gives it back; at most ``capacity`` wait
+    idle (the pool's size), the rest return to the pool. The pool still owns every
+    one: its limits bound them, and they go back to it at the loop's shutdown, at
+    ``aclose()``, and after :data:`HOLD_SECONDS` (so the pool can recycle them).
+    """
+
+    HOLD_SECONDS = 300.0
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        pool = engine.sync_engine.pool
+        self.capacity = pool.size() if isinstance(pool, QueuePool) else 0
+        self._idle: list[tuple[Any, float]] = []
+
+    async def take(self) -> tuple[Any, float]:
+        """A pooled connection (its driver connection is ``.driver_connection``) and the
+        time it was checked out."""
+        now = time.monotonic()
+        while self._idle:
+            fairy, since = self._idle.pop()
+            if fairy.driver_connection.is_closed() or fairy.driver_connection.is_in_transaction():
+                self.discard(fairy)
+            elif now - since > self.HOLD_SECONDS:
+                await greenlet_spawn(fairy.close)
+            else:
+                return fairy, since
+        fairy = await self.engine.raw_connection()
+        driver: Any = fairy.driver_connection
+        if driver.is_in_transaction():  # pragma: no cover - a bug
+            self.discard(fairy)
+            raise AssertionError("a pooled connection arrived inside a transaction")
+        return fairy, now
+
+    async def give(self, fairy: Any, since: float) -> None:
+        """Back after a call that left it healthy."""
+        if len(self._idle) < self.capacity:
+            self._idle.append((fairy, since))
+        else:
+            await greenlet_spawn(fairy.close)
+
+    async def settle(self, fairy: Any, since: float) -> None:
+        """After a cancelled statement: the driver cancels it on the server, and the
+        connection's next statement waits until that is done; once it has run, the
+        cancelled statement can no longer commit, and the connection is back.
+        (Closing it at once would leave the statement running, to commit later.)"""
+        try:
+            await fairy.driver_connection.fetchval("SELECT 1")
+        except Exception:
+            self.discard(fairy)
+            return
+        await self.give(fairy, since)
+
+    @staticmethod
+    def discard(fairy: Any) -> None:
+        """Never use it again (broken); no await needed."""
+        fairy.invalidate()
+        fairy.close()
+
+    async def after_disconnect(self) -> None:
+        """A connection was found dead: the idle ones (borrowed and pooled) likely died
+        with it (a restarted server), so none is reused; the next checkout opens anew."""
+        idle, self._idle = self._idle, []
+        for fairy, _ in idle:
+            self.discard(fairy)
+        await self.engine.dispose()
+
+    async def release_all(self) -> None:
+        """Give every idle connection back to the pool."""
+        idle, self._idle = self._idle, []
+        for fairy, _ in idle:
+            await greenlet_spawn(fairy.close)
+
+    def forget(self) -> None:
+        """Drop them without a word: their event loop is gone."""
+        self._idle = []
+
+
+class EngineSet:
+    """The engine of one event loop, its view for single-statement reads, and the
+    connections borrowed from its pool for hot statements."""
+
+    __slots__ = ("borrowed", "engine", "read")
+
+    def __init__(self, engine: AsyncEngine, read_options: dict[str, Any]) -> None:
+        self.engine = engine
+        self.read = engine.execution_options(**read_options)
+        self.borrowed = Borrowed(engine)
 
 
 class Backend(ABC):
@@ -120,33 +258,32 @@ class Backend(ABC):
         # asyncpg and aiosqlite connections belong to one event loop: an engine this
         # backend created gets a twin for a loop that runs beside the first one, and
         # each is disposed of when its loop shuts down (tenxstore.loops).
-        per_loop = owns_engine and self.pool_per_loop
         self._engines = PerLoop(
-            self._pair(engine),
-            make=None if make_engine is None else lambda: self._pair(make_engine()),
-            close=self._dispose if per_loop else None,
-            reset=self._reset if per_loop else None,
+            EngineSet(engine, self.read_options()),
+            make=None
+            if make_engine is None
+            else lambda: EngineSet(make_engine(), self.read_options()),
+            close=self._close_set,
+            reset=self._reset if owns_engine and self.pool_per_loop else None,
             foreign=None if owns_engine else self._foreign,
         )
 
-    def _pair(self, engine: AsyncEngine) -> tuple[AsyncEngine, AsyncEngine]:
-        """An engine, and a view of it for single-statement reads."""
-        return engine, engine.execution_options(**self.read_options())
+    async def _close_set(self, engines: EngineSet) -> None:
+        """At its loop's shutdown: connections borrowed for hot statements go back to the
+        pool, and a pool this backend created is disposed of."""
+        await engines.borrowed.release_all()
+        if self.owns_engine and self.pool_per_loop:
+            await engines.engine.dispose()
 
     @staticmethod
-    async def _dispose(pair: tuple[AsyncEngine, AsyncEngine]) -> None:
-        await pair[0].dispose()
+    def _reset(engines: EngineSet) -> None:
+        engines.borrowed.forget()  # its connections died with their loop
+        engines.engine.sync_engine.dispose(close=False)
 
     @staticmethod
-    def _reset(pair: tuple[AsyncEngine, AsyncEngine]) -> None:
-        pair[0].sync_engine.dispose(close=False)  # its connections died with their loop
-
-    @staticmethod
-    def _foreign(
-        pair: tuple[AsyncEngine, AsyncEngine], loop: asyncio.AbstractEventLoop | None
-    ) -> None:
+    def _foreign(engines: EngineSet, loop: asyncio.AbstractEventLoop | None) -> None:
         """A caller's engine asked for on another loop than the one it was used on."""
-        pool = pair[0].sync_engine.pool
+        pool = engines.engine.sync_engine.pool
         if isinstance(pool, (NullPool, StaticPool)):
             return  # no connection outlives a checkout (or one that is not loop-bound)
         if loop is not None and not loop.is_closed():
@@ -165,7 +302,7 @@ class Backend(ABC):
     @property
     def engine(self) -> AsyncEngine:
         """The engine of the running event loop (outside a loop: the first one)."""
-        return self._engines.current()[0]
+        return self._engines.current().engine
 
     # -- how this mode runs things (hooks) -----------------------------------------
 
@@ -236,6 +373,55 @@ class Backend(ABC):
         (An embedded database's clock is this host's.)"""
         return datetime.now(timezone.utc)
 
+    # -- the hot path: a head read and a state write -----------------------------------
+
+    def bind(self, sql: Any) -> None:
+        """Given the repository's statements (:class:`tenxstore.statements.Statements`),
+        prepare this mode's hot path. Modes without one read and write through
+        SQLAlchemy's execution layer with them."""
+        self._sql = sql
+        self._listeners: list[Callable[[str], None]] = []
+
+    def on_statement(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``listener(sql)`` for every statement this backend sends on the running
+        loop's engine, hot path included (instrumentation, tests); returns a remover."""
+
+        def relay(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            listener(statement)
+
+        engine = self.engine.sync_engine
+        event.listen(engine, "before_cursor_execute", relay)
+        self._listeners.append(listener)
+
+        def remove() -> None:
+            event.remove(engine, "before_cursor_execute", relay)
+            self._listeners.remove(listener)
+
+        return remove
+
+    def _sent(self, sql: str) -> None:
+        for listener in self._listeners:
+            listener(sql)
+
+    async def read_head(self, thread_id: Any, user_id: Any) -> Head | None:
+        """The head of a thread (scoped to ``user_id`` unless it is None), or None."""
+        sql = self._sql
+        if user_id is None:
+            rows = await self.read(sql.head_state, {"b_thread": thread_id})
+        else:
+            rows = await self.read(
+                sql.head_state_of_user, {"b_thread": thread_id, "b_user": user_id}
+            )
+        if not rows:
+            return None
+        row = rows[0]
+        return Head(row.version, row.incarnation, user_id, row.state_data)
+
+    async def commit_head(self, write: HeadWrite) -> Head | None:
+        """Commit the common state write in one step, or write nothing and return None
+        (this mode has no one-step write: the repository takes the locked path)."""
+        return None
+
     # -- connections -----------------------------------------------------------------
 
     @asynccontextmanager
@@ -247,9 +433,9 @@ class Backend(ABC):
             ConnectionLost: The connection broke while it was being set up, twice
                 (nothing of the caller's work was sent).
         """
-        engine, read_engine = await self._engines.get()
+        engines = await self._engines.get()
         for attempt in (1, 2):
-            conn = (read_engine if read else engine).connect()
+            conn = (engines.read if read else engines.engine).connect()
             try:
                 await conn.start()
                 break
@@ -351,11 +537,13 @@ class Backend(ABC):
                 )
             return ConnectionLost("the connection was lost before COMMIT; nothing was written")
         if self.is_lock_timeout(exc):
-            wait = "forever" if self.lock_timeout is None else f"{self.lock_timeout:g}s"
-            return LockTimeout(
-                f"waited more than {wait} for the thread's lock; nothing was written"
-            )
+            return self.lock_timed_out()
         return exc
+
+    def lock_timed_out(self) -> LockTimeout:
+        """The error of a write that waited longer than ``lock_timeout``."""
+        wait = "forever" if self.lock_timeout is None else f"{self.lock_timeout:g}s"
+        return LockTimeout(f"waited more than {wait} for the thread's lock; nothing was written")
 
     # -- schema and lifecycle -----------------------------------------------------------
 
@@ -381,9 +569,7 @@ class Backend(ABC):
     async def aclose(self) -> None:
         """Close the connection pool of the running loop, if this backend created it
         (a pool of another loop is closed when that loop shuts down)."""
-        if not self.owns_engine:
-            return
         if self.pool_per_loop:
             await self._engines.aclose_current()
-        else:
-            await self._engines.first[0].dispose()
+        elif self.owns_engine:
+            await self._engines.first.engine.dispose()

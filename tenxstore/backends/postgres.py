@@ -17,25 +17,42 @@ caches, unique prepared-statement names, every statement inside a transaction, a
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import itertools
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, Text, bindparam, delete, event, func, insert, select, update
+from sqlalchemy import (
+    Integer,
+    Table,
+    Text,
+    and_,
+    bindparam,
+    delete,
+    event,
+    func,
+    insert,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.sql import Executable
+from sqlalchemy.sql import Executable, Select
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import BindParameter
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ConnectionLost
 from ..models import Tables
-from .base import Backend, StateWrite, timeout_ms
+from .base import Backend, Head, HeadWrite, StateWrite, timeout_ms
+from .driver import DriverStatement
 
 __all__ = ["PgBouncerBackend", "PostgresBackend", "transaction_pooling_args"]
 
@@ -73,12 +90,286 @@ def _driver_error(exc: DBAPIError) -> BaseException | None:
     return None
 
 
+def _unsent(exc: BaseException) -> bool:
+    """asyncpg refused to send: its client-side InterfaceError (the connection was found
+    closed) or InternalClientError (its protocol is not idle, as after the server
+    dropped it): nothing reached the server."""
+    from asyncpg.exceptions import PostgresError
+    from asyncpg.exceptions._base import InterfaceError, InternalClientError
+
+    client_side = isinstance(exc, (InterfaceError, InternalClientError))
+    return client_side and not isinstance(exc, PostgresError)
+
+
+def _lost(exc: BaseException) -> bool:
+    """The connection broke while a statement was in flight."""
+    from asyncpg.exceptions import PostgresConnectionError
+
+    return isinstance(exc, (PostgresConnectionError, ConnectionError, OSError))
+
+
+def _one_step_write(tables: Tables, scoped: bool, expected: bool, incarnation: bool) -> Select[Any]:
+    """The common state write as ONE statement (see :meth:`PostgresBackend.commit_head`).
+
+    ``cas`` updates the thread row only when it matches (owner, version, incarnation):
+    the UPDATE takes the row lock (a concurrent writer waits, then sees the new
+    version and matches nothing) and returns the new version, which every other CTE
+    reads; when it matched nothing, they insert and delete nothing.
+    """
+    t, s, m = tables.threads, tables.states, tables.messages
+    thread: BindParameter[Any] = bindparam("b_thread", type_=t.c.thread_id.type)
+    now: BindParameter[Any] = bindparam("b_now", type_=t.c.updated_at.type)
+    match = [t.c.thread_id == thread]
+    if scoped:
+        match.append(t.c.user_id == bindparam("b_user", type_=t.c.user_id.type))
+    if expected:
+        match.append(t.c.version == bindparam("b_expected", type_=t.c.version.type))
+    if incarnation:
+        match.append(t.c.incarnation == bindparam("b_life", type_=t.c.incarnation.type))
+    cas = (
+        update(t)
+        .where(*match)
+        .values(version=t.c.version + 1, updated_at=now)
+        .returning(t.c.version, t.c.incarnation, t.c.user_id)
+        .cte("cas")
+    )
+    new_state = insert(s).from_select(
+        ["thread_id", "version", "state_data", "meta", "created_at"],
+        select(
+            thread,
+            cas.c.version,
+            bindparam("b_state", type_=Text()),
+            bindparam("b_meta", type_=Text()),
+            now,
+        ),
+    )
+    batch = func.unnest(
+        bindparam("b_ids", type_=ARRAY(Text())),
+        bindparam("b_roles", type_=ARRAY(Text())),
+        bindparam("b_payloads", type_=ARRAY(Text())),
+    ).table_valued("message_id", "role", "payload", with_ordinality="ord")
+    batch = batch.render_derived(name="batch")
+    new_messages = (
+        pg_insert(m)
+        .from_select(
+            ["thread_id", "message_id", "role", "payload", "created_at"],
+            select(thread, batch.c.message_id, batch.c.role, batch.c.payload, now)
+            .select_from(cas.join(batch, true()))
+            .order_by(batch.c.ord),
+        )
+        .on_conflict_do_nothing(index_elements=["thread_id", "message_id"])
+    )
+    newest = select(cas.c.version).scalar_subquery()
+    prune = delete(s).where(
+        s.c.thread_id == thread, s.c.version <= newest - bindparam("b_limit", type_=Integer())
+    )
+    return (
+        select(cas.c.version, cas.c.incarnation, cas.c.user_id)
+        .add_cte(new_state.cte("new_state"))
+        .add_cte(new_messages.cte("new_messages"))
+        .add_cte(prune.cte("pruned"))
+    )
+
+
+def _did_it_apply(tables: Tables) -> Select[Any]:
+    """Whether a state write that lost its connection committed: the thread's head, and
+    whether the next version after the one it expected holds its state and every
+    message it wrote is stored."""
+    t, s, m = tables.threads, tables.states, tables.messages
+    thread: BindParameter[Any] = bindparam("b_thread", type_=t.c.thread_id.type)
+    expected = bindparam("b_expected", type_=Integer())
+    ids = bindparam("b_ids", type_=ARRAY(Text()))
+    state_there = (
+        select(s.c.version)
+        .where(
+            s.c.thread_id == thread,
+            s.c.version == expected + 1,
+            s.c.state_data == bindparam("b_state", type_=Text()),
+        )
+        .exists()
+    )
+    messages_there = select(func.count()).where(
+        m.c.thread_id == thread, m.c.message_id == func.any(ids)
+    ).scalar_subquery() == func.cardinality(ids)
+    return select(
+        t.c.version, t.c.incarnation, t.c.user_id, and_(state_there, messages_there)
+    ).where(t.c.thread_id == thread)
+
+
 class PostgresBackend(Backend):
     """PostgreSQL in session mode (a direct connection, or a session-pooling proxy)."""
 
     name = "postgresql"
     dialect = "postgresql"
     supports_schema = True
+    driver_hot_path: bool = True
+    """Whether the head read and the common state write go straight to asyncpg."""
+
+    # -- the hot path, at driver level -------------------------------------------------
+
+    def bind(self, sql: Any) -> None:
+        super().bind(sql)
+        dialect = self.engine.dialect
+        self._read_any = DriverStatement(sql.head_state, dialect)
+        self._read_own = DriverStatement(sql.head_state_of_user, dialect)
+        tables = sql.tables
+        self._writes = {
+            key: DriverStatement(_one_step_write(tables, *key), dialect)
+            for key in itertools.product((False, True), repeat=3)
+        }
+        self._verify = DriverStatement(_did_it_apply(tables), dialect)
+        self._opening_errors = (
+            DBAPIError,
+            OSError,
+            asyncio.TimeoutError,
+            dialect.loaded_dbapi.Error,  # raised as is from the pool's connect event
+        )
+
+    async def read_head(self, thread_id: Any, user_id: Any) -> Head | None:
+        """One prepared SELECT on a borrowed asyncpg connection (retried once on a
+        connection found dead: reads are idempotent)."""
+        if not self.driver_hot_path:
+            return await super().read_head(thread_id, user_id)
+        args: tuple[Any, ...]
+        if user_id is None:
+            stmt, args = self._read_any, (thread_id,)
+        else:
+            stmt, args = self._read_own, (thread_id, user_id)
+        row = await self._hot(stmt.sql, args, idempotent=True)
+        return None if row is None else Head(row[0], row[1], user_id, row[2])
+
+    async def commit_head(self, write: HeadWrite) -> Head | None:
+        """ONE statement in autocommit: an ``UPDATE ... RETURNING`` that takes the
+        thread's row lock and compare-and-swaps its version (and owner, and
+        incarnation), with data-modifying CTEs that insert the state and the new
+        messages and prune, all from the row it returned: when it matches nothing,
+        nothing is written. A lost connection raises ConnectionLost(committed=None):
+        the statement may have committed."""
+        if not self.driver_hot_path:
+            return None
+        key = (write.user_id is not None, write.expected is not None, write.incarnation is not None)
+        stmt = self._writes[key]
+        messages = write.messages
+        args = stmt.args(
+            {
+                "b_thread": write.thread_id,
+                "b_user": write.user_id,
+                "b_expected": write.expected,
+                "b_life": write.incarnation,
+                "b_state": write.state,
+                "b_meta": write.meta,
+                "b_now": write.now,
+                "b_limit": write.history_limit,
+                "b_ids": [m["message_id"] for m in messages],
+                "b_roles": [m["role"] for m in messages],
+                "b_payloads": [m["payload"] for m in messages],
+            }
+        )
+        try:
+            row = await self._hot(stmt.sql, args, idempotent=False, fresh=True)
+        except ConnectionLost:
+            if write.expected is None:
+                raise  # a write on top of whatever is there: its outcome cannot be told
+            return await self._after_a_lost_write(write)
+        return None if row is None else Head(row[0], row[1], row[2], None)
+
+    async def _after_a_lost_write(self, write: HeadWrite) -> Head | None:
+        """The connection broke while the write was in flight (a server that dropped an
+        idle connection, a restart): look, on a fresh connection, at what it did.
+
+        Applied (its state is the next version, its messages are there): it committed,
+        and the call succeeds. Not applied and nothing moved: ConnectionLost with
+        ``committed=False`` (never replayed: the caller decides). Anything else:
+        another write came first, and the locked path reports it (StaleStateError).
+        """
+        expected = write.expected
+        assert expected is not None
+        values = {
+            "b_thread": write.thread_id,
+            "b_expected": expected,
+            "b_state": write.state,
+            "b_ids": [m["message_id"] for m in write.messages],
+        }
+        seen = await self._hot(self._verify.sql, self._verify.args(values), idempotent=True)
+        if seen is None:
+            return None  # the thread is gone
+        version, incarnation, owner, applied = seen
+        if applied:  # it committed (later writes may have followed it)
+            return Head(expected + 1, incarnation, owner, None)
+        life_unchanged = write.incarnation is None or incarnation == write.incarnation
+        if version == expected and life_unchanged:  # never replayed: the caller decides
+            raise ConnectionLost(
+                "the connection was lost while the write ran; it was not applied: "
+                "nothing was written",
+                committed=False,
+            )
+        return None
+
+    async def _hot(
+        self, sql: str, args: tuple[Any, ...], *, idempotent: bool, fresh: bool = False
+    ) -> Any:
+        """Run one statement on a borrowed asyncpg connection; its first row.
+
+        A statement the driver refused to send (its connection was found closed) is
+        sent again on a fresh connection; a read also when the connection broke
+        mid-statement. A cancelled statement is cancelled on the server by asyncpg
+        (so it cannot commit later); a broken connection is discarded.
+        """
+        engines = await self._engines.get()
+        borrowed = engines.borrowed
+        for attempt in (1, 2):
+            try:
+                fairy, since = await borrowed.take()
+            except self._opening_errors as exc:
+                failure = self.opening_failed(exc)
+                if attempt == 1 and isinstance(failure, ConnectionLost):
+                    continue  # it broke while being set up: nothing was sent
+                raise failure from exc
+            if fresh and fairy.driver_connection.is_closed() is False:
+                # A write is never sent twice: let the loop take in what the server
+                # said while the connection sat idle (a restart, a killed backend).
+                await asyncio.sleep(0)
+                if fairy.driver_connection.is_closed():
+                    borrowed.discard(fairy)
+                    await borrowed.after_disconnect()
+                    continue
+            self._sent(sql)
+            try:
+                row = await fairy.driver_connection.fetchrow(sql, *args)
+            except asyncio.CancelledError:
+                # asyncpg cancels the statement on the server: wait until it has (even if
+                # cancelled again), so it cannot commit after this call has ended.
+                settled = asyncio.ensure_future(borrowed.settle(fairy, since))
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(settled)
+                raise
+            except Exception as exc:
+                unsent, lost = _unsent(exc), _lost(exc)
+                if unsent or lost:
+                    borrowed.discard(fairy)
+                    await borrowed.after_disconnect()
+                else:
+                    await borrowed.give(fairy, since)
+                if attempt == 1 and (unsent or (lost and idempotent)):
+                    continue
+                raise self._driver_error(exc, lost, unsent or idempotent) from exc
+            await borrowed.give(fairy, since)
+            return row
+        raise AssertionError("unreachable")
+
+    def _driver_error(self, exc: Exception, lost: bool, nothing_written: bool) -> Exception:
+        """An asyncpg error of the hot path as tenxstore's error (by class and SQLSTATE)."""
+        if lost or _unsent(exc):
+            if nothing_written:
+                return ConnectionLost("the connection was lost; nothing was written")
+            return ConnectionLost(
+                "the connection was lost while the write ran; it may have been applied: "
+                "re-read the thread before writing again",
+                committed=None,
+            )
+        if getattr(exc, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
+            return self.lock_timed_out()
+        return exc
 
     @classmethod
     def pool_args(cls) -> dict[str, Any]:
@@ -100,6 +391,9 @@ class PostgresBackend(Backend):
                 cursor.execute(f"SET lock_timeout = {wait_ms}")
             finally:
                 cursor.close()
+            # The adapter ran it in a transaction of its own: end it, so the connection
+            # enters the pool idle (driver-level statements run in autocommit).
+            dbapi_connection.commit()
 
     def read_options(self) -> dict[str, Any]:
         return {"isolation_level": "AUTOCOMMIT"}
@@ -252,9 +546,15 @@ class PostgresBackend(Backend):
 
 
 class PgBouncerBackend(PostgresBackend):
-    """PostgreSQL behind a transaction-pooling PgBouncer (``pool_mode="transaction"``)."""
+    """PostgreSQL behind a transaction-pooling PgBouncer (``pool_mode="transaction"``).
+
+    No driver-level hot path: without prepared-statement caches a statement outside a
+    transaction is parsed and executed in two exchanges, which the pooler may send to
+    two server connections; every statement runs in a transaction instead.
+    """
 
     name = "pgbouncer"
+    driver_hot_path = False
 
     @classmethod
     def connect_args(cls, lock_timeout: float | None) -> dict[str, Any]:

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sqlite3
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import Table, event
+from sqlalchemy import Table, bindparam, create_engine, event, insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -30,13 +32,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.dml import Insert
 
-from .base import Backend, StateWrite, timeout_ms
+from .base import Backend, Head, HeadWrite, StateWrite, timeout_ms
+from .driver import DriverStatement
 
 __all__ = ["MemoryBackend", "SqliteBackend", "is_memory"]
 
 SchemaHook = Callable[[AsyncConnection], Awaitable[None]]
 _WRITE = "tenxstore_write"  # execution option: this connection's next BEGIN is IMMEDIATE
-_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CANTOPEN = 5, 6, 14
 
 
 def is_memory(url: URL) -> bool:
@@ -45,11 +48,201 @@ def is_memory(url: URL) -> bool:
     return database in ("", ":memory:") or "mode=memory" in database
 
 
+def _set_pragmas_on_connect(engine: Engine, lock_timeout: float | None) -> None:
+    """Every connection the engine opens: transactions ours (the driver's implicit ones
+    off), foreign keys on, the busy timeout, and WAL for a file."""
+    wait_ms = timeout_ms(lock_timeout)
+    wal = not is_memory(engine.url)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute(f"PRAGMA busy_timeout={wait_ms}")
+            if wal:
+                _into_wal(cursor)
+        finally:
+            cursor.close()
+
+
+def _into_wal(cursor: Any) -> None:
+    """WAL is a property of the file: set it once. Switching needs the file to itself,
+    so a process that races another one's switch (several processes setting up at
+    once) accepts the file already in WAL rather than failing its connection."""
+    if _journal_mode(cursor) == "wal":
+        return
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.OperationalError:
+        if _journal_mode(cursor) != "wal":
+            raise
+
+
+def _journal_mode(cursor: Any) -> str:
+    cursor.execute("PRAGMA journal_mode")
+    return str(cursor.fetchone()[0]).lower()
+
+
+class HotPath:
+    """The head read and the common state write of a SQLite file, each in ONE thread
+    hop: compiled statements run on a pysqlite connection from a synchronous
+    SQLAlchemy pool of the same file, in a small thread pool (aiosqlite would make a
+    hop of every cursor, execute, fetch and close: 21 for a write)."""
+
+    WORKERS = 4
+
+    def __init__(self, url: URL, lock_timeout: float | None, sql: Any, sent: Any) -> None:
+        self.engine = create_engine(
+            url.set(drivername="sqlite+pysqlite"),
+            connect_args={"check_same_thread": False, "timeout": timeout_ms(lock_timeout) / 1000},
+            pool_size=self.WORKERS,
+        )
+        _set_pragmas_on_connect(self.engine, lock_timeout)
+        self.executor = ThreadPoolExecutor(self.WORKERS, thread_name_prefix="tenxstore-sqlite")
+        self._sent = sent
+        dialect = self.engine.dialect
+        t, s, m = sql.tables.threads, sql.tables.states, sql.tables.messages
+        thread = bindparam("b_thread", type_=t.c.thread_id.type)
+        now = bindparam("b_now", type_=t.c.updated_at.type)
+        self.lock = DriverStatement(sql.lock, dialect)
+        self.read_any = DriverStatement(sql.head_state, dialect)
+        self.read_own = DriverStatement(sql.head_state_of_user, dialect)
+        self.insert_state = DriverStatement(
+            insert(s).values(
+                thread_id=thread,
+                version=bindparam("b_version"),
+                state_data=bindparam("b_state"),
+                meta=bindparam("b_meta"),
+                created_at=now,
+            ),
+            dialect,
+        )
+        self.insert_message = DriverStatement(
+            sqlite_insert(m)
+            .values(
+                thread_id=thread,
+                message_id=bindparam("message_id"),
+                role=bindparam("role"),
+                payload=bindparam("payload"),
+                created_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=["thread_id", "message_id"]),
+            dialect,
+        )
+        self.bump = DriverStatement(sql.bump, dialect)
+        self.prune = DriverStatement(sql.prune, dialect)
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` in the pool: one hop."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    def _execute(self, cursor: Any, stmt: DriverStatement, values: dict[str, Any]) -> Any:
+        self._sent(stmt.sql)
+        return cursor.execute(stmt.sql, stmt.args(values))
+
+    def read(self, thread_id: Any, user_id: Any) -> Head | None:
+        connection = self.engine.raw_connection()
+        try:
+            cursor = connection.cursor()
+            values = {"b_thread": thread_id, "b_user": user_id}
+            stmt = self.read_any if user_id is None else self.read_own
+            row = self._execute(cursor, stmt, values).fetchone()
+            cursor.close()
+        finally:
+            connection.close()
+        return None if row is None else Head(row[0], row[1], user_id, row[2])
+
+    def commit(self, write: HeadWrite) -> Head | None:
+        connection = self.engine.raw_connection()
+        try:
+            cursor = connection.cursor()
+            self._sent("BEGIN IMMEDIATE")
+            cursor.execute("BEGIN IMMEDIATE")
+            try:
+                head = self._commit(cursor, write)
+            except BaseException:
+                self._sent("ROLLBACK")
+                cursor.execute("ROLLBACK")
+                raise
+            self._sent("COMMIT" if head is not None else "ROLLBACK")
+            cursor.execute("COMMIT" if head is not None else "ROLLBACK")
+            cursor.close()
+            return head
+        finally:
+            connection.close()
+
+    def _commit(self, cursor: Any, w: HeadWrite) -> Head | None:
+        """Under the write lock: the common case only (see :class:`HeadWrite`)."""
+        values: dict[str, Any] = {"b_thread": w.thread_id, "b_now": w.now}
+        row = self._execute(cursor, self.lock, values).fetchone()
+        if (
+            row is None
+            or (w.user_id is not None and row[0] != w.user_id)
+            or (w.expected is not None and row[1] != w.expected)
+            or (w.incarnation is not None and row[2] != w.incarnation)
+        ):
+            return None
+        version = row[1] + 1
+        values.update(b_version=version, b_state=w.state, b_meta=w.meta)
+        self._execute(cursor, self.insert_state, values)
+        if w.messages:
+            self._sent(self.insert_message.sql)
+            stmt = self.insert_message
+            cursor.executemany(stmt.sql, [stmt.args({**values, **m}) for m in w.messages])
+        self._execute(cursor, self.bump, values)
+        if version > w.history_limit:
+            self._execute(cursor, self.prune, {**values, "b_upto": version - w.history_limit})
+        return Head(version, row[2], row[0], None)
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False)
+        self.engine.dispose()
+
+
 class SqliteBackend(Backend):
     """A SQLite database file."""
 
     name = "sqlite"
     dialect = "sqlite"
+    _hot: HotPath | None = None
+
+    def bind(self, sql: Any) -> None:
+        super().bind(sql)
+        if self.owns_engine and self.pool_per_loop:  # a file, from a URL of ours
+            self._hot = HotPath(self.engine.url, self.lock_timeout, sql, self._sent)
+
+    async def read_head(self, thread_id: Any, user_id: Any) -> Head | None:
+        if self._hot is None:
+            return await super().read_head(thread_id, user_id)
+        try:
+            result: Head | None = await self._hot.call(self._hot.read, thread_id, user_id)
+        except sqlite3.Error as exc:
+            raise self._driver_error(exc) from exc
+        return result
+
+    async def commit_head(self, write: HeadWrite) -> Head | None:
+        if self._hot is None:
+            return None
+        try:
+            result: Head | None = await self._hot.call(self._hot.commit, write)
+        except sqlite3.Error as exc:
+            raise self._driver_error(exc) from exc
+        return result
+
+    def _driver_error(self, exc: sqlite3.Error) -> Exception:
+        code = getattr(exc, "sqlite_errorcode", None)
+        if isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED):
+            return self.lock_timed_out()
+        if isinstance(code, int) and code & 0xFF == _SQLITE_CANTOPEN:
+            return self.opening_failed(exc)
+        return exc
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        if self._hot is not None:
+            self._hot.close()
 
     @classmethod
     def connect_args(cls, lock_timeout: float | None) -> dict[str, Any]:
@@ -62,21 +255,7 @@ class SqliteBackend(Backend):
         if getattr(sync, "_tenxstore_prepared", False):
             return
         sync._tenxstore_prepared = True  # type: ignore[attr-defined]  # a marker of ours
-        wait_ms = timeout_ms(lock_timeout)
-        wal = not is_memory(engine.url)
-
-        @event.listens_for(sync, "connect")
-        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-            # Hand transaction control to SQLAlchemy's begin event below.
-            dbapi_connection.isolation_level = None
-            cursor = dbapi_connection.cursor()
-            try:
-                cursor.execute("PRAGMA foreign_keys=ON")
-                cursor.execute(f"PRAGMA busy_timeout={wait_ms}")
-                if wal:
-                    cursor.execute("PRAGMA journal_mode=WAL")
-            finally:
-                cursor.close()
+        _set_pragmas_on_connect(sync, lock_timeout)
 
         @event.listens_for(sync, "begin")
         def _on_begin(conn: Connection) -> None:
@@ -158,8 +337,8 @@ class MemoryBackend(SqliteBackend):
     @asynccontextmanager
     async def connect(self, *, read: bool = False) -> AsyncIterator[AsyncConnection]:
         """The one connection, in turn; the schema is created before its first use."""
-        engine, read_engine = self._engines.first
-        async with self._turn(), (read_engine if read else engine).connect() as conn:
+        engines = self._engines.first
+        async with self._turn(), (engines.read if read else engines.engine).connect() as conn:
             if self._create_schema is not None:
                 create, self._create_schema = self._create_schema, None
                 try:

@@ -8,24 +8,18 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
-from sqlalchemy import event
-
-from tenxstore import CachedCheckpointer
 
 
 @contextmanager
-def sql_statements(cp: CachedCheckpointer) -> Iterator[list[str]]:
+def sql_statements(cp: Any) -> Iterator[list[str]]:
+    """Every statement the repository behind ``cp`` sends meanwhile (hot path included)."""
     seen: list[str] = []
-
-    def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
-        seen.append(statement)
-
-    engine = cp.inner.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", record)
+    repository = getattr(cp, "inner", cp)
+    remove = repository.backend.on_statement(seen.append)
     try:
         yield seen
     finally:
-        event.remove(engine, "before_cursor_execute", record)
+        remove()
 
 
 @pytest.fixture

@@ -73,8 +73,8 @@ async def test_killed_idle_connections_cost_nothing(
         # A read on a dead pooled connection is retried once, on a fresh connection.
         assert await repo.aget_state(cfg("t", "u")) == {"n": 1}
         await repo.aget_state(config)
-        await kill(admin, await backends(admin, name))
-        # A write whose connection was dead on arrival had sent nothing: it runs on a
+        await kill(admin, await backends(admin, name), settle=True)
+        # A write whose connection died while idle sends nothing on it: it runs on a
         # fresh connection. Its compare-and-swap still holds.
         assert await repo.aput_state(config, {"n": 2}) == 2
         assert await repo.aget_state(cfg("t", "u")) == {"n": 2}
@@ -113,6 +113,7 @@ async def test_a_writer_killed_while_waiting_on_the_lock(
         await kill(admin, await waiting_writer(admin, name))
         with pytest.raises(ConnectionLost) as err:
             await asyncio.wait_for(write, 10)  # an error, not a hang
+        # Lost in flight: tenxstore looked, on a fresh connection, and it was not applied.
         assert err.value.committed is False
         await holder.rollback()
         reader = cfg("t", "u")
@@ -228,11 +229,11 @@ async def test_a_connection_that_breaks_while_opening_is_opened_again(
             lambda: repo.aget_state(cfg("t", "u")),
             lambda: repo.aput_state(cfg("t", "u"), {"n": 2}),
         ):
-            await repo.engine.dispose()  # the next call opens a new connection
+            await repo.aclose()  # the next call opens a new connection
             breaks.left = 1
             await call()  # the first opening breaks; nothing was sent: opened again
             assert breaks.left == 0
-        await repo.engine.dispose()
+        await repo.aclose()
         breaks.left = 2  # twice: it gives up, typed, and nothing was written
         with pytest.raises(ConnectionLost) as err:
             await repo.aput_state(cfg("t", "u"), {"n": "lost"})

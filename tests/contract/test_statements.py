@@ -1,61 +1,96 @@
-"""Round trips on the hot path, counted with an engine event (PostgreSQL and SQLite).
+"""Statements and round trips of the hot path.
 
-PostgreSQL: a steady-state durable write is four round trips — BEGIN, lock the
-thread row (``SELECT ... FOR UPDATE``), one statement of data-modifying CTEs that
-inserts the state and the messages, bumps the head version and prunes, COMMIT. The
-first write to a thread adds the thread's insert and the re-select that locks it.
-A read is one statement, in autocommit.
+PostgreSQL (counted on the wire, through a proxy): a state write is ONE statement in
+ONE round trip in the common case — the thread exists, the caller owns it, the run's
+version still holds — and a read of the head is one. The first write of a thread
+adds the locked path (BEGIN, lock, insert the thread, lock it, write, COMMIT); so does
+a conflict (BEGIN, lock, ROLLBACK), which reports the precise version.
 
-SQLite, where a statement costs no round trip: BEGIN IMMEDIATE, the lock select,
-then the insert, messages, bump and prune as separate statements.
+SQLite (counted as sent): one thread hop runs BEGIN IMMEDIATE, the lock select, the
+state, messages, version bump (and prune), COMMIT; a read is one SELECT.
+Behind PgBouncer every statement runs in a transaction of SQLAlchemy's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from urllib.parse import urlsplit
 
-from sqlalchemy import event
+import pytest
 
-from tenxstore import CheckpointRepository
-from tests.conftest import Backend
+from tenxstore import CheckpointRepository, StaleStateError
+from tests.cache.conftest import sql_statements
+from tests.conftest import backend_for, cfg
+from tests.servers import PgWire, TcpProxy
 
 
 @contextmanager
-def counting(repo: CheckpointRepository) -> Iterator[list[str]]:
-    statements: list[str] = []
+def on_the_wire(wire: PgWire) -> Iterator[PgWire]:
+    wire.reset()
+    yield wire
 
-    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        statements.append(statement)
 
-    engine = repo.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", record)
+async def test_postgresql_round_trips_on_the_wire(pg_url: str, pg_schema: str) -> None:
+    wire = PgWire()
+    link = TcpProxy(urlsplit(pg_url).port or 5432, parser=wire.reader())
+    await link.start()
+    repo = CheckpointRepository(
+        f"postgresql://postgres@127.0.0.1:{link.port}/test",
+        schema=pg_schema,
+        state_history_limit=2,
+    )
     try:
-        yield statements
+        await repo.asetup()
+        for warm in ("w1", "w2"):  # connections opened, statements prepared on them
+            await repo.aput_state(cfg(warm, "u"), {"n": 0})
+            await repo.aput_state(cfg(warm, "u"), {"n": 1})
+            await repo.aget_state(cfg(warm, "u"))
+        config = cfg("t", "u")
+        with on_the_wire(wire) as first:
+            await repo.aput_checkpoint(config, {"n": 0}, [{"id": "m0"}])
+        # the one-step write (matches nothing), then BEGIN, lock, insert the thread, lock
+        # it, write (one statement of CTEs), COMMIT
+        assert (first.statements, first.round_trips) == (7, 7), vars(first)
+        for n in (1, 2, 3):
+            with on_the_wire(wire) as steady:
+                await repo.aput_checkpoint(config, {"n": n}, [{"id": f"m{n}a"}, {"id": f"m{n}b"}])
+            assert (steady.statements, steady.round_trips) == (1, 1), vars(steady)
+        with on_the_wire(wire) as read:
+            assert await repo.aget_state(cfg("t", "u")) == {"n": 3}
+        assert (read.statements, read.round_trips) == (1, 1), vars(read)
+        stale = cfg("t", "u", _checkpoint_version=1)
+        with on_the_wire(wire) as conflict, pytest.raises(StaleStateError):
+            await repo.aput_state(stale, {"n": "late"})
+        assert conflict.statements == 4, vars(conflict)  # one-step, BEGIN, lock, ROLLBACK
     finally:
-        event.remove(engine, "before_cursor_execute", record)
+        await repo.aclose()
+        await link.close()
 
 
-async def test_statements_per_operation(sql_backend: Backend) -> None:
-    repo = await sql_backend.make(state_history_limit=2)
-    sqlite = repo.dialect == "sqlite"
-    begin = 1 if sqlite else 0
-    # Behind a transaction pooler: asyncpg's BEGIN/COMMIT (not counted here, but round
-    # trips) and SET LOCAL lock_timeout instead of the session's setting.
-    write = {"sqlite": 6, "postgresql": 4, "pgbouncer": 3}[sql_backend.name]
-    config = {"thread_id": "t", "user_id": "u"}
-    with counting(repo) as first:
+@pytest.mark.parametrize("name", ["sqlite", "pgbouncer"])
+async def test_statements_per_operation(name: str, tmp_path: Path) -> None:
+    async with backend_for(name, tmp_path) as backend:
+        await statements_per_operation(name, await backend.make(state_history_limit=2))
+
+
+async def statements_per_operation(name: str, repo: CheckpointRepository) -> None:
+    config = cfg("t", "u")
+    sqlite = name == "sqlite"
+    with sql_statements(repo) as first:
         await repo.aput_checkpoint(config, {"n": 0}, [{"id": "m0"}])
-    assert len(first) == write + (1 if sqlite else 2), first  # + thread insert, re-select
-    for n in (1, 2):
-        with counting(repo) as steady:
+    # SQLite: the one-step write finds no thread (BEGIN IMMEDIATE, lock, ROLLBACK), then
+    # the locked path (BEGIN IMMEDIATE, lock, insert, lock, state, messages, bump).
+    # PgBouncer: the locked path only: SET LOCAL, lock, insert, lock, one CTE statement.
+    assert len(first) == (10 if sqlite else 5), first
+    for n in (1, 2, 3):  # versions 2, 3, 4: the last two prune (state_history_limit=2)
+        with sql_statements(repo) as steady:
             await repo.aput_checkpoint(config, {"n": n}, [{"id": f"m{n}a"}, {"id": f"m{n}b"}])
-    assert len(steady) == write, steady
-    with counting(repo) as no_messages:
-        await repo.aput_state(config, {"n": 3})
-    assert len(no_messages) == write - (1 if sqlite else 0), no_messages
+        # SQLite: BEGIN IMMEDIATE, lock, state, messages, bump, (prune), COMMIT
+        prune = n > 1
+        assert len(steady) == (6 + prune if sqlite else 3), steady
     for read in (repo.aget_state, repo.aget_messages, repo.aget_thread, repo.alist_states):
-        with counting(repo) as reads:
+        with sql_statements(repo) as reads:
             await read(config)  # type: ignore[operator]
-        assert len(reads) == 1 + begin, (read.__name__, reads)
+        assert len(reads) == (2 if sqlite and read != repo.aget_state else 1), reads

@@ -1,0 +1,67 @@
+"""What the benchmarks share: the conversation they write, and the services they use."""
+
+from __future__ import annotations
+
+import os
+import random
+import string
+import sys
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the tests' server runners (tests/servers.py)
+
+PG_URL = os.environ.get("TENXSTORE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("TENXSTORE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+ALPHABET = string.ascii_letters + string.digits + " "
+
+
+def words(rng: random.Random, n: int = 200) -> str:
+    """Random text of ``n`` characters."""
+    return "".join(rng.choice(ALPHABET) for _ in range(n))
+
+
+def turn_messages(turn: int, rng: random.Random) -> list[dict[str, Any]]:
+    """One turn's two messages, with the nulls real messages carry."""
+    return [
+        {"id": f"{turn}-u", "role": "user", "content": words(rng), "name": None},
+        {"id": f"{turn}-a", "role": "assistant", "content": words(rng), "tool_calls": None},
+    ]
+
+
+def next_state(turn: int, context: list[dict[str, Any]], rng: random.Random) -> dict[str, Any]:
+    """The state after a turn: a step counter, a summary, the last 20 messages as
+    context, a few custom fields (about 5 KB, with some nulls)."""
+    return {
+        "step": turn,
+        "summary": words(rng, 120),
+        "context": context[-20:],
+        "custom": {"mood": rng.choice(["calm", "busy"]), "score": rng.random(), "note": None},
+    }
+
+
+async def make_schema(url: str, schema: str) -> None:
+    """An empty schema of that name (dropped first when it exists)."""
+    con = await asyncpg.connect(url)
+    try:
+        await con.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE; CREATE SCHEMA "{schema}"')
+    finally:
+        await con.close()
+
+
+async def drop_schema(url: str, schema: str) -> None:
+    """Drop a schema and everything in it."""
+    con = await asyncpg.connect(url)
+    try:
+        await con.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await con.close()
+
+
+def pct(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values``."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

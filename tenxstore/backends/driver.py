@@ -1,0 +1,50 @@
+"""Statements compiled once by SQLAlchemy and executed at driver level.
+
+The hot path (a state write, a read of the head state) is the same few statements
+millions of times. SQLAlchemy builds and compiles them — it stays the one source of
+SQL, types and dialects — and the backend sends the compiled text straight to the
+driver on a connection from SQLAlchemy's pool, without the execution layer's
+per-statement work (the profile put ~0.1 ms per statement and per checkout there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
+
+__all__ = ["DriverStatement"]
+
+
+class DriverStatement:
+    """One statement compiled for a dialect: its SQL text and how to order its arguments.
+
+    Arguments are named as the statement's ``bindparam`` names; literal values the
+    statement carries itself (``version + 1``) are filled in, and each value goes
+    through its type's bind processor for that dialect (a datetime becomes SQLite's
+    text, say), as SQLAlchemy's own execution would do.
+    """
+
+    __slots__ = ("_order", "sql")
+
+    def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
+        compiled = statement.compile(dialect=dialect)
+        assert isinstance(compiled, SQLCompiler)
+        self.sql: str = compiled.string
+        order: list[tuple[str, Any, Callable[[Any], Any] | None]] = []
+        for name in compiled.positiontup or ():
+            bind = compiled.binds[name]
+            processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            order.append((name, bind.value, processor))
+        self._order = tuple(order)
+
+    def args(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The positional arguments of one execution."""
+        out = []
+        for name, default, processor in self._order:
+            value = values.get(name, default)
+            out.append(value if processor is None else processor(value))
+        return tuple(out)
