@@ -11,6 +11,9 @@ Beyond LangGraph's own savers:
   namespace's newest checkpoint raises :class:`~tenxstore.StaleStateError`, so two runs
   that resumed from the same checkpoint cannot both commit (they would silently fork
   the thread's history otherwise); writes are serialized by the thread's row lock;
+* **nothing written after a delete or a replace**: a checkpoint read carries its
+  thread's incarnation into the run's writes, which are refused once the thread was
+  deleted or replaced since (a parent that no longer exists likewise);
 * **bounded history**: ``history_limit`` keeps the newest N checkpoints per namespace.
 
 Needs the ``langgraph`` extra. The synchronous methods are LangGraph's defaults, which
@@ -39,6 +42,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError("tenxstore.langgraph needs: pip install 'tenxstore[langgraph]'") from exc
 
+from .config import INCARNATION_KEY
 from .errors import ConfigError
 from .protocol import Checkpointer
 from .serde import decode, encode
@@ -180,7 +184,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         parent = conf.get("checkpoint_id")
         typed = self.serde.dumps_typed(dict(checkpoint))
         meta = encode(get_checkpoint_metadata(config, metadata), "metadata")
-        await self._tables.put(
+        incarnation = await self._tables.put(
             scoped, ns, checkpoint["id"], parent, typed, meta, self.history_limit
         )
         return {
@@ -189,6 +193,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
                 "thread_id": conf["thread_id"],
                 "checkpoint_ns": ns,
                 "checkpoint_id": checkpoint["id"],
+                INCARNATION_KEY: incarnation,
             }
         }
 
@@ -254,6 +259,9 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
                 "thread_id": row.thread_id,
                 "checkpoint_ns": row.checkpoint_ns,
                 "checkpoint_id": row.checkpoint_id,
+                # which life of the thread this is: a run resumed from it carries it
+                # into every write, and a write after a delete or a replace is refused
+                INCARNATION_KEY: row.incarnation,
             }
         }
         parent: RunnableConfig | None = None

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import and_, delete, func, insert, select
 
-from .config import RunIds
+from .config import RunIds, recorded_incarnation
 from .errors import StaleStateError
 from .store import Store
 
@@ -36,15 +36,22 @@ class LangGraphTables:
         typed: tuple[str, bytes],
         metadata: str,
         history_limit: int | None,
-    ) -> None:
-        """Store one checkpoint. With a parent, that parent must be the namespace's
-        newest checkpoint: a second writer from the same parent gets StaleStateError."""
+    ) -> int:
+        """Store one checkpoint; return the thread's incarnation.
+
+        With a parent, that parent must be the namespace's newest checkpoint: a second
+        writer from the same parent gets StaleStateError. A parent that no longer
+        exists, or an incarnation in ``config`` (recorded when the run read) that is
+        not the thread's, means the thread was deleted or replaced since the run read
+        it: StaleStateError with ``replaced``.
+        """
         ids = self._store.ids(config)
         c, w = self._store.tables.lg_checkpoints, self._store.tables.lg_writes
         here = and_(c.c.thread_id == ids.thread_id, c.c.checkpoint_ns == ns)
         now = self._store.now()
         async with self._store.write(ids.thread_id) as (conn, locked):
-            await self._store.claim_thread(conn, ids, locked, now)
+            self._same_life(config, ids, locked, parent_id)
+            row = await self._store.claim_thread(conn, ids, locked, now)
             newest = (
                 await conn.execute(
                     select(c.c.checkpoint_id)
@@ -53,8 +60,10 @@ class LangGraphTables:
                     .limit(1)
                 )
             ).scalar()
-            if parent_id is not None and newest is not None and newest != parent_id:
-                raise StaleStateError(ids.thread_id, parent_id, newest)
+            if parent_id is not None and newest != parent_id:
+                parent = select(c.c.checkpoint_id).where(here, c.c.checkpoint_id == parent_id)
+                gone = (await conn.execute(parent)).first() is None
+                raise StaleStateError(ids.thread_id, parent_id, newest or "(none)", replaced=gone)
             await conn.execute(delete(c).where(here, c.c.checkpoint_id == checkpoint_id))
             await conn.execute(
                 insert(c).values(
@@ -85,6 +94,16 @@ class LangGraphTables:
                             w.c.checkpoint_id.in_(doomed),
                         )
                     )
+        incarnation: int = row.incarnation
+        return incarnation
+
+    @staticmethod
+    def _same_life(config: dict[str, Any], ids: RunIds, locked: Any, parent: Any) -> None:
+        """Refuse a write of a run that read another life of the thread."""
+        expected = recorded_incarnation(config)
+        if expected is not None and (locked is None or locked.incarnation != expected):
+            actual = "(none)" if locked is None else locked.version
+            raise StaleStateError(ids.thread_id, parent or 0, actual, replaced=True)
 
     async def put_writes(
         self,
@@ -99,6 +118,7 @@ class LangGraphTables:
         w = self._store.tables.lg_writes
         now = self._store.now()
         async with self._store.write(ids.thread_id) as (conn, locked):
+            self._same_life(config, ids, locked, checkpoint_id)
             await self._store.claim_thread(conn, ids, locked, now)
             for row in rows:
                 key = and_(
@@ -138,13 +158,12 @@ class LangGraphTables:
         c, w = store.tables.lg_checkpoints, store.tables.lg_writes
         ids = store.ids(config, need_thread=False)
         one_thread = ids.thread_id is not None
-        stmt = select(*c.c)
+        t = store.tables.threads
+        stmt = select(*c.c, t.c.incarnation).join(t, t.c.thread_id == c.c.thread_id)
         if one_thread:
             stmt = stmt.where(c.c.thread_id == store.visible_thread(ids))
         elif ids.isolated:
-            t = store.tables.threads
-            owned = select(t.c.thread_id).where(t.c.user_id == ids.user_id)
-            stmt = stmt.where(c.c.thread_id.in_(owned))
+            stmt = stmt.where(t.c.user_id == ids.user_id)
         if ns is not None:
             stmt = stmt.where(c.c.checkpoint_ns == ns)
         if checkpoint_id is not None:

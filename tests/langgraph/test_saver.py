@@ -169,3 +169,31 @@ async def test_a_user_lists_their_own_checkpoints(backend: Backend) -> None:
     assert sorted(t.config["configurable"]["thread_id"] for t in mine) == ["a1", "a2"]
     with pytest.raises(ConfigError):  # no user, isolation on: nobody's list
         [t async for t in saver.alist(None)]
+
+
+async def test_a_run_from_before_a_delete_or_a_replace_never_writes(backend: Backend) -> None:
+    cp = await backend.make()
+    saver = TenxCheckpointSaver(cp).for_user("alice")
+    head = await put(saver, root("t"), 0)
+    resumed = await saver.aget_tuple(root("t"))  # a run resumes from here...
+    assert resumed is not None
+    await saver.adelete_thread("t")  # ...the user deletes the conversation meanwhile
+    for config in (head, resumed.config):
+        with pytest.raises(StaleStateError) as err:
+            await put(saver, config, 1)
+        assert err.value.replaced
+        with pytest.raises(StaleStateError):
+            await saver.aput_writes(config, [("step", 1)], "task")
+    assert await saver.aget_tuple(root("t")) is None
+    assert await cp.aget_thread({"thread_id": "t", "user_id": "alice"}) is None
+    # The same after an import that replaced the thread.
+    head = await put(saver, root("t"), 0)
+    export = await cp.aexport_thread({"thread_id": "t", "user_id": "alice"})
+    assert await cp.aimport_thread(export, on_conflict="replace") in ("replaced", "unchanged")
+    await cp.aput_state({"thread_id": "t", "user_id": "alice"}, {"x": 1})
+    assert await cp.aimport_thread(export, on_conflict="replace") == "replaced"
+    with pytest.raises(StaleStateError):
+        await put(saver, head, 1)
+    # A run that starts after the delete writes as usual.
+    fresh = await put(saver, root("t"), 0)
+    assert (await put(saver, fresh, 1))["configurable"]["checkpoint_id"]
