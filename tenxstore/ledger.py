@@ -7,7 +7,10 @@ without relying on upsert semantics that differ between them.
 
 A claim is identified by its attempt number (``ToolExecution.attempts``): outcomes
 name the claim they come from, and an outcome from a claim that is no longer the
-live one changes nothing (:class:`~tenxstore.ToolExecutionClaimLost`). Leases are
+live one changes nothing (:class:`~tenxstore.ToolExecutionClaimLost`). The claim an
+outcome comes from is ``attempt=`` when given, else the claim this task (its
+``contextvars`` context) took last: so a worker that lost its lease cannot free the
+claim that took over, even calling the methods without ``attempt=``. Leases are
 measured on the database's clock, so clock skew between workers cannot make two
 claims live at once.
 """
@@ -15,10 +18,12 @@ claims live at once.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from sqlalchemy import insert, select, update
@@ -64,6 +69,28 @@ async def _to_the_end(work: Awaitable[T]) -> tuple[T, bool]:
             if task.done():  # the work itself was cancelled (a loop shutting down)
                 raise
             cancelled = True
+        except BaseException as exc:
+            if cancelled:  # the cancellation still propagates, as asyncio requires
+                raise asyncio.CancelledError from exc
+            raise
+
+
+_ClaimKey = tuple[int, Any, str]  # (the store, thread_id, tool_call_id)
+_CLAIMS: contextvars.ContextVar[Mapping[_ClaimKey, int]] = contextvars.ContextVar(
+    "tenxstore_tool_claims", default=MappingProxyType({})
+)
+"""The claims this context took: a task's own, copied into the tasks it starts."""
+
+
+def _took(key: _ClaimKey, attempt: int | None) -> None:
+    """Remember (or, with None, forget) the claim this context holds; copy on write, so
+    a task never changes what another task's context holds."""
+    claims = dict(_CLAIMS.get())
+    if attempt is None:
+        claims.pop(key, None)
+    else:
+        claims[key] = attempt
+    _CLAIMS.set(claims)
 
 
 def _live(row: Any, clock: datetime) -> bool:
@@ -131,6 +158,7 @@ class ToolLedger:
                     )
                 )
                 row = await self._call_row(conn, ids, call_id)
+                _took(self._key(ids, call_id), 1)
                 return tool_execution(ids.thread_id, row)
             stored = decode(row.args)
             if row.tool_name != tool_name or encode(stored, sort_keys=True) != canonical:
@@ -150,7 +178,17 @@ class ToolLedger:
                     .returning(*x.c)
                 )
             ).one()
+        _took(self._key(ids, call_id), row.attempts)
         return tool_execution(ids.thread_id, row)
+
+    def _key(self, ids: RunIds, call_id: str) -> _ClaimKey:
+        return (id(self._store), ids.thread_id, call_id)
+
+    def _token(self, ids: RunIds, call_id: str, attempt: int | None) -> int | None:
+        """The claim an outcome comes from: ``attempt``, else this context's claim."""
+        if attempt is not None:
+            return check_count("attempt", attempt)
+        return _CLAIMS.get().get(self._key(ids, call_id))
 
     async def acomplete_tool_execution(
         self, config: dict[str, Any], tool_call_id: str, result: Any, *, attempt: int | None = None
@@ -161,7 +199,8 @@ class ToolLedger:
             attempt: The claim this result comes from (``ToolExecution.attempts`` of
                 the claim). A result from a claim that lost its lease is still recorded
                 when no success exists and no other claim is live; otherwise it is
-                refused. Without it the result applies to whichever claim is current.
+                refused. Without it: the claim this task took (see the module), and
+                when the task took none, whichever claim is current.
 
         Raises:
             ToolExecutionNotFound: The call was never claimed.
@@ -170,8 +209,8 @@ class ToolLedger:
         """
         ids = self._store.ids(config)
         call_id = check_id("tool_call_id", tool_call_id)
+        token = self._token(ids, call_id, attempt)
         result_text = encode(result, "result")
-        token = None if attempt is None else check_count("attempt", attempt)
         return await self._finish(ids, call_id, "succeeded", result_text, None, token)
 
     async def afail_tool_execution(
@@ -186,8 +225,8 @@ class ToolLedger:
         succeeded call keeps its success).
 
         Args:
-            attempt: The claim that failed. A failure from a claim that is no longer
-                the current one changes nothing.
+            attempt: The claim that failed (without it: as for a result). A failure
+                from a claim that is no longer the current one changes nothing.
 
         Raises:
             ToolExecutionNotFound: The call was never claimed.
@@ -199,7 +238,7 @@ class ToolLedger:
             error = f"{type(error).__name__}: {error}"
         if not isinstance(error, str):
             raise ConfigError(f"error must be a str or an exception, not {type(error).__name__}")
-        token = None if attempt is None else check_count("attempt", attempt)
+        token = self._token(ids, call_id, attempt)
         return await self._finish(ids, call_id, "failed", None, encode(error, "error"), token)
 
     async def _finish(
@@ -245,6 +284,7 @@ class ToolLedger:
                     .returning(*x.c)
                 )
             ).one()
+        _took(self._key(ids, call_id), None)
         return tool_execution(ids.thread_id, row)
 
     async def aget_tool_execution(

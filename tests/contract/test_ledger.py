@@ -175,6 +175,65 @@ async def test_a_stale_worker_never_frees_a_live_claim(backend: Backend) -> None
     assert await cp.acomplete_tool_execution(cfg(), "pay", "paid by B", attempt=b.attempts) == late
 
 
+async def test_a_stale_worker_without_attempt_never_frees_a_live_claim(backend: Backend) -> None:
+    """The SPEC's three-argument calls: each worker task's outcome names the claim that
+    task took, so worker A's late failure cannot free worker B's claim."""
+    cp = await backend.make(tool_lease_seconds=await lease_for(backend))
+    a_claimed, b_claimed, a_may_fail = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def worker_a() -> None:
+        a = await cp.abegin_tool_execution(cfg(), "pay", "charge", {"amount": 1})
+        a_claimed.set()
+        await until_expired(a)
+        await a_may_fail.wait()
+        with pytest.raises(ToolExecutionClaimLost):
+            await cp.afail_tool_execution(cfg(), "pay", "A timed out")
+        with pytest.raises(ToolExecutionClaimLost):
+            await cp.acomplete_tool_execution(cfg(), "pay", "paid by A, late")
+
+    async def worker_b() -> None:
+        await a_claimed.wait()
+        while True:  # A's lease ends on the database's clock
+            try:
+                b = await cp.abegin_tool_execution(cfg(), "pay", "charge", {"amount": 1})
+                break
+            except ToolExecutionInProgress as busy:
+                left = (busy.lease_expires_at - datetime.now(timezone.utc)).total_seconds()
+                await asyncio.sleep(max(0.0, left) + 0.02)
+        assert (b.status, b.attempts) == ("started", 2)
+        b_claimed.set()
+        a_may_fail.set()
+
+    await asyncio.gather(worker_a(), worker_b())
+    with pytest.raises(ToolExecutionInProgress):  # B's claim is still live
+        await cp.abegin_tool_execution(cfg(), "pay", "charge", {"amount": 1})
+    done = await cp.acomplete_tool_execution(cfg(), "pay", "paid by B", attempt=2)
+    assert (done.status, done.result, done.attempts) == ("succeeded", "paid by B", 2)
+
+
+async def test_the_claiming_task_completes_without_naming_its_attempt(
+    cp: CheckpointRepository,
+) -> None:
+    first = await cp.abegin_tool_execution(cfg(), "c", "tool", {})
+    await cp.afail_tool_execution(cfg(), "c", "flaky")  # this task's claim (attempt 1)
+    second = await cp.abegin_tool_execution(cfg(), "c", "tool", {})
+    assert (first.attempts, second.attempts) == (1, 2)
+    done = await cp.acomplete_tool_execution(cfg(), "c", "ok")  # this task's claim: 2
+    assert (done.status, done.attempts) == ("succeeded", 2)
+
+
+async def test_a_cancellation_propagates_when_the_claim_is_refused(
+    cp: CheckpointRepository,
+) -> None:
+    await cp.abegin_tool_execution(cfg(), "held", "tool", {})  # another worker's live claim
+    call = asyncio.ensure_future(cp.arun_tool_once(cfg(), "held", "tool", {}, lambda: 1))
+    await asyncio.sleep(0)  # the claim is on its way
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert call.cancelled()
+
+
 async def test_a_cancelled_call_gives_its_claim_back(cp: CheckpointRepository) -> None:
     running = asyncio.Event()
 
