@@ -34,8 +34,10 @@ from .redis_cache import BLANKET, INCARNATION_MEMBER, MAX_PUT_AGE, Fence, RedisC
 from .redis_cache import decode_entry as _decode_entry
 from .serde import encode_state
 from .types import (
+    AuthPolicy,
     Commit,
     Health,
+    Imported,
     ImportOutcome,
     OnConflict,
     StateSnapshot,
@@ -43,9 +45,11 @@ from .types import (
     ThreadInfo,
     ToolExecution,
 )
-from .validate import IdType, is_int
+from .validate import IdType, check_count
 
 __all__ = ["DEFAULT_KEY_PREFIX", "CachedCheckpointer", "cache_key"]
+
+_EMPTY = 2  # RedisCache.put: the key was empty and the put may not create it
 
 log = logging.getLogger("tenxstore.cache")
 _VERBATIM = re.compile(r"[A-Za-z0-9._-]+")
@@ -92,12 +96,18 @@ def _body(state: dict[str, Any], text: str | None = None) -> tuple[str, str] | N
 
 
 def _make_client(
-    redis: Any, redis_url: str | None, redis_pool: Any, timeout: float
+    redis: Any,
+    redis_url: str | None,
+    redis_pool: Any,
+    timeout: float,
+    options: dict[str, Any] | None,
 ) -> tuple[Any, Callable[[], Any] | None, bool]:
     """(client, a maker of another for a second loop or None, whether we own it)."""
     given = [x for x in (redis, redis_url, redis_pool) if x is not None]
     if len(given) != 1:
         raise ConfigError("pass exactly one of redis=, redis_url= or redis_pool=")
+    if options is not None and (redis_url is None or not isinstance(options, dict)):
+        raise ConfigError("redis_options is a dict, for the client created from redis_url")
     if redis is not None:
         return redis, None, False
     if redis_pool is not None:
@@ -110,12 +120,12 @@ def _make_client(
     def make() -> Redis:
         # redis-py's defaults (5 s timeouts, retries with back-off) suit a database,
         # not a best-effort cache: fail fast and let the database answer.
-        return Redis.from_url(
-            redis_url,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),
-        )
+        defaults = {
+            "socket_timeout": timeout,
+            "socket_connect_timeout": timeout,
+            "retry": Retry(NoBackoff(), 0),
+        }
+        return Redis.from_url(redis_url, **{**defaults, **(options or {})})
 
     return make(), make, True
 
@@ -136,6 +146,8 @@ class CachedCheckpointer:
         redis_url: A Redis URL; the client is created with short timeouts, one per
             event loop, each closed when its loop shuts down.
         redis_pool: A ``redis.asyncio.ConnectionPool``; stays the caller's.
+        redis_options: Options for the client created from ``redis_url``
+            (``Redis.from_url`` keywords, over short timeouts and no retries).
         cache_ttl: Seconds an entry lives; ``None`` for no expiry.
         key_prefix: First segment(s) of every key. The default, ``"state_cache"``, is
             followed by the store's id; a prefix you pass is used verbatim, and then
@@ -158,6 +170,7 @@ class CachedCheckpointer:
         key_prefix: str = DEFAULT_KEY_PREFIX,
         redis_timeout: float = 0.25,
         redis_backoff: float = 1.0,
+        redis_options: dict[str, Any] | None = None,
     ) -> None:
         if cache_ttl is not None and (
             isinstance(cache_ttl, bool) or not isinstance(cache_ttl, (int, float)) or cache_ttl <= 0
@@ -176,7 +189,9 @@ class CachedCheckpointer:
         self._redis: RedisCache | None = None
         if (redis, redis_url, redis_pool) == (None, None, None) and not self._requires_redis():
             return  # a preset without a cache: every call goes to the inner checkpointer
-        client, make, owns = _make_client(redis, redis_url, redis_pool, redis_timeout)
+        client, make, owns = _make_client(
+            redis, redis_url, redis_pool, redis_timeout, redis_options
+        )
         ttl_ms = 0 if cache_ttl is None else max(1, int(cache_ttl * 1000))
         self._redis = RedisCache(
             client,
@@ -204,6 +219,11 @@ class CachedCheckpointer:
     def key_prefix(self) -> str:
         """The prefix of every key (the default's namespace once the store is known)."""
         return self._prefix or self._base_prefix
+
+    @property
+    def pending_invalidations(self) -> int:
+        """Invalidations that could not reach Redis yet (sent first once it answers)."""
+        return 0 if self._redis is None else self._redis.status().pending_invalidations
 
     @property
     def state_history_limit(self) -> int:
@@ -274,7 +294,7 @@ class CachedCheckpointer:
             own = (incarnation, version) if incarnation is not None else BLANKET
             await redis.fence([(key, own), *fences])
             return False
-        return await redis.put(key, body, version, incarnation, fences)
+        return await redis.put(key, body, version, incarnation, fences) == 1
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -334,7 +354,7 @@ class CachedCheckpointer:
         """Durable write (see the repository), then refresh the cache.
 
         On ``StaleStateError`` the cached entry is dropped before the error propagates,
-        so the run's next read comes from the database.
+        so the run's next read comes from the database (a fence stays).
         """
         return (await self.acommit(config, state, messages, meta=meta)).version
 
@@ -355,7 +375,7 @@ class CachedCheckpointer:
         except StaleStateError:
             if redis is not None:
                 prefix = await self._key_prefix()
-                await redis.delete([cache_key(prefix, ids.thread_id, ids.user_id, ids.isolated)])
+                await redis.drop([cache_key(prefix, ids.thread_id, ids.user_id, ids.isolated)])
             raise
         if redis is not None:
             unscoped, scoped = await self._keys(commit.thread_id, commit.user_id)
@@ -396,7 +416,7 @@ class CachedCheckpointer:
                 entry = _decode_entry(raw)
             except ValueError as exc:
                 log.warning("dropping a cache entry that does not decode (%s): %s", key, exc)
-                await redis.delete([key])
+                await redis.drop([key])
                 entry = None
             if entry is not None:
                 record_read(config, entry.version, entry.incarnation)
@@ -414,24 +434,44 @@ class CachedCheckpointer:
         """Store ``state`` at ``version`` in the cache only, unless a newer one is cached.
 
         The thread's incarnation is the one the run recorded when it read; without one
-        the cached entry's is kept.
+        the cached entry's is kept. A put never creates an entry on its word alone: when
+        the key is empty (expired, evicted, or fenced long ago) the thread's incarnation
+        is read from the database first, and a run whose thread was deleted or replaced
+        since it read is refused.
 
         Returns:
             Whether it was stored (False when refused or when Redis is unavailable).
         """
         ids = self._ids(config)
-        if not is_int(version) or version < 0:
-            raise ConfigError(f"version must be a non-negative int, not {version!r}")
-        encode_state(state)  # a state that cannot be stored is an error, cache or not
+        version = check_count("version", version)
+        text = encode_state(state)  # a state that cannot be stored is an error, cache or not
         redis = self._redis
         if redis is None:
             return False
         prefix = await self._key_prefix()
         key = cache_key(prefix, ids.thread_id, ids.user_id, ids.isolated)
-        body = _body(state)
+        body = _body(state, text)
         if body is None:
             return False
-        return await redis.put(key, body, version, recorded_incarnation(config))
+        incarnation = recorded_incarnation(config)
+        stored = await redis.put(key, body, version, incarnation, replace_only=True)
+        if stored != _EMPTY:
+            return stored == 1
+        prepared = time.monotonic()
+        current = await self._incarnation(ids)
+        if current is None or (incarnation is not None and incarnation != current):
+            return False  # the thread is gone, or another life of it
+        return await self._put(key, state, version, current, (), prepared, text)
+
+    async def _incarnation(self, ids: RunIds) -> int | None:
+        """The thread's incarnation in the database (None: absent, or not the caller's)."""
+        probe: dict[str, Any] = {
+            "thread_id": ids.thread_id,
+            "user_id": ids.user_id,
+            "auth_policy": AuthPolicy(ids.isolated),
+        }
+        await self.inner.aget_state(probe)  # records the incarnation it read
+        return recorded_incarnation(probe)
 
     async def alist_states(
         self, config: dict[str, Any], limit: int | None = None
@@ -481,9 +521,9 @@ class CachedCheckpointer:
         redis = self._redis
         if redis is None:
             return removed
-        if removed is None:  # nothing to delete: drop whatever this call's keys hold
-            owner = ids.user_id if ids.isolated else None
-            await redis.delete([k for k in await self._keys(ids.thread_id, owner) if k])
+        if removed is None:  # nothing to delete: drop the entries this call's keys hold
+            owner = ids.user_id if ids.isolated else None  # (a fence there stays)
+            await redis.drop([k for k in await self._keys(ids.thread_id, owner) if k])
             return None
         fence = (removed.incarnation + 1, 0)  # nothing of the deleted life may land
         keys = await self._keys(removed.thread_id, removed.user_id)
@@ -562,12 +602,24 @@ class CachedCheckpointer:
     ) -> list[ImportOutcome]:
         """Write exported threads back in one transaction (see the repository), then
         fence the cache entries of every thread that got a new life."""
-        outcomes = await self.inner.aimport_threads(exports, on_conflict=on_conflict)
+        return [done.outcome for done in await self.aimport(exports, on_conflict=on_conflict)]
+
+    async def aimport(
+        self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
+    ) -> list[Imported]:
+        """:meth:`aimport_threads`, returning what each import did. The entries of each
+        imported thread are fenced for its owner and for the owner of the life it
+        replaced (who may be another user); a skipped thread's are left alone."""
+        done = await self.inner.aimport(exports, on_conflict=on_conflict)
         if self._redis is not None:
-            fences: list[tuple[str, Fence]] = []
-            for export, outcome in zip(exports, outcomes, strict=True):
-                if outcome in ("created", "replaced"):
-                    keys = await self._keys(export.thread.thread_id, export.thread.user_id)
-                    fences += [(key, BLANKET) for key in keys if key is not None]
-            await self._redis.fence(fences)
-        return outcomes
+            keys: set[str | None] = set()
+            for export, imported in zip(exports, done, strict=True):
+                # "unchanged" too: an import run again re-sends what a lost one did not
+                if imported.outcome != "skipped":
+                    keys.update(await self._keys(export.thread.thread_id, export.thread.user_id))
+                if imported.replaced is not None:
+                    old = imported.replaced
+                    keys.update(await self._keys(old.thread_id, old.user_id))
+            fenced = sorted(key for key in keys if key is not None)
+            await self._redis.fence([(key, BLANKET) for key in fenced])
+        return done

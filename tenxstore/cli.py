@@ -157,8 +157,21 @@ async def _cached(
     cached = CachedCheckpointer(repo, redis_url=redis_url, key_prefix=prefix)
     try:
         yield cached
+        left = cached.pending_invalidations
+        if left:  # this process ends: nothing would ever send them
+            problem = (await cached.acheck()).cache_error or "Redis did not answer in time"
+            raise CacheNotInvalidated(
+                f"the database was changed, but {left} cache invalidation(s) did not reach "
+                f"Redis ({problem}): the application may serve the replaced threads from "
+                "its cache until their entries expire. Run the command again once Redis "
+                "answers (it changes nothing twice, and fences the threads again)"
+            )
     finally:
         await cached.aclose()
+
+
+class CacheNotInvalidated(TenxStoreError):
+    """A CLI command changed the database but could not fence the cache."""
 
 
 def _scope(user: str | None) -> dict[str, Any]:
@@ -403,11 +416,18 @@ async def copy(
         str | None, typer.Option(help="Schema of the destination.")
     ] = None,
     on_conflict: Conflict = OnConflict.fail,
+    redis_url: RedisUrl = None,
+    key_prefix: KeyPrefix = None,
 ) -> None:
-    """Copy every thread to another database, verifying each; resumable."""
+    """Copy every thread to another database, verifying each; resumable. With
+    --redis-url, the destination's cache entries of every copied thread are fenced."""
     async_url(destination)  # a bad destination fails before the source is read
     src_repo = _repo(source, source_schema, reads_only=True)
-    async with src_repo as src, _repo(destination, destination_schema) as dst:
+    async with (
+        src_repo as src,
+        _repo(destination, destination_schema) as dst_repo,
+        _cached(dst_repo, redis_url, key_prefix) as dst,
+    ):
         await src.astore_id()  # the source is set up: fail before touching the destination
         await dst.asetup()
         total = sum([1 async for _ in src.aiter_threads()])

@@ -17,11 +17,24 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from .errors import ConfigError, ImportConflict
 from .serde import decode, encode, encode_state
 from .statements import snapshot_of, thread_info, tool_execution, utc
-from .store import Store
-from .types import ImportOutcome, MessageRecord, OnConflict, ThreadExport, ThreadInfo
+from .store import Store, message_role
+from .types import (
+    Commit,
+    Imported,
+    ImportOutcome,
+    MessageRecord,
+    OnConflict,
+    ThreadExport,
+    ThreadInfo,
+)
 from .validate import IdType, check_choice, check_count, check_id, message_id
 
 ON_CONFLICT: tuple[OnConflict, ...] = ("fail", "skip", "replace")
+MAX_VERSION = 2**62
+"""The largest version an import accepts: the BIGINT column still holds 2**62 more
+writes after it (a version at the column's limit would make every later write fail)."""
+MAX_ATTEMPTS = 2**31 - 2
+"""The largest ``attempts`` an import accepts: the INTEGER column holds one more claim."""
 TOOL_STATUSES = ("started", "succeeded", "failed")
 
 __all__ = ["ThreadExports", "import_rows"]
@@ -111,12 +124,18 @@ class ThreadExports:
     async def aimport_threads(
         self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
     ) -> list[ImportOutcome]:
+        """:meth:`aimport`, returning each thread's outcome."""
+        return [done.outcome for done in await self.aimport(exports, on_conflict=on_conflict)]
+
+    async def aimport(
+        self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
+    ) -> list[Imported]:
         """Write exported threads back, all in ONE transaction: every export is checked
         before anything is written, and any error (a conflict found while writing
         included) writes nothing. Their rows are locked in ``thread_id`` order.
 
         Returns:
-            The outcome of each export, in order.
+            What was done with each export, in order (with the life it replaced).
 
         Raises:
             ImportConflict: A thread exists with other content (``"fail"``); its
@@ -135,21 +154,22 @@ class ThreadExports:
             raise ConfigError(f"an import names a thread more than once: {twice[0]!r}")
         if not rows:
             return []
-        outcomes: list[ImportOutcome] = []
+        outcomes: list[Imported] = []
         t, s, m, x = store.tables[:4]
         async with store.write_many(thread_ids) as (conn, locked):
             for thread_id, new in zip(thread_ids, rows, strict=True):
-                outcome: ImportOutcome = "created"
-                if locked[thread_id] is not None:
+                done = Imported("created")
+                row = locked[thread_id]
+                if row is not None:
                     existing = await self._export(conn, thread_id)
                     if (
                         existing is not None
                         and import_rows(existing, settings.id_type, settings.user_id_type) == new
                     ):
-                        outcomes.append("unchanged")
+                        outcomes.append(Imported("unchanged"))
                         continue
                     if on_conflict == "skip":
-                        outcomes.append("skipped")
+                        outcomes.append(Imported("skipped"))
                         continue
                     if on_conflict == "fail":
                         raise ImportConflict(
@@ -158,13 +178,21 @@ class ThreadExports:
                             thread_id=thread_id,
                         )
                     await store.delete_thread(conn, thread_id)
-                    outcome = "replaced"
+                    replaced = Commit(thread_id, row.user_id, row.incarnation, row.version)
+                    done = Imported("replaced", replaced)
                 await conn.execute(insert(t), [new["thread"]])
                 for table, key in ((s, "states"), (m, "messages"), (x, "tool_executions")):
                     if new[key]:
                         await conn.execute(insert(table), new[key])
-                outcomes.append(outcome)
+                outcomes.append(done)
         return outcomes
+
+
+def _bounded(what: str, value: object, top: int) -> int:
+    count = check_count(what, value)
+    if count > top:
+        raise ConfigError(f"{what} must be at most {top}, not {count}")
+    return count
 
 
 def _datetime(value: object, what: str) -> datetime:
@@ -192,12 +220,12 @@ def import_rows(export: ThreadExport, id_type: IdType, user_id_type: IdType) -> 
     user_id = (
         None if info.user_id is None else check_id("thread.user_id", info.user_id, user_id_type)
     )
-    version = check_count("thread.version", info.version)
+    version = _bounded("thread.version", info.version, MAX_VERSION)
     if info.name is not None and not isinstance(info.name, str):
         raise ConfigError(f"thread.name must be a str or null, not {type(info.name).__name__}")
     versions = []
     for i, snapshot in enumerate(export.states):
-        versions.append(check_count(f"states[{i}].version", snapshot.version))
+        versions.append(_bounded(f"states[{i}].version", snapshot.version, MAX_VERSION))
         if snapshot.version < 1:
             raise ConfigError(f"states[{i}].version must be at least 1, not {snapshot.version}")
     if len(set(versions)) != len(versions):
@@ -220,7 +248,7 @@ def import_rows(export: ThreadExport, id_type: IdType, user_id_type: IdType) -> 
         where = f"tool_executions[{i}]"
         if call.status not in TOOL_STATUSES:
             raise ConfigError(f"{where}.status must be one of {TOOL_STATUSES}, not {call.status!r}")
-        attempts = check_count(f"{where}.attempts", call.attempts)
+        attempts = _bounded(f"{where}.attempts", call.attempts, MAX_ATTEMPTS)
         if attempts < 1:
             raise ConfigError(f"{where}.attempts must be at least 1, not {attempts}")
         if call.error is not None and not isinstance(call.error, str):
@@ -270,7 +298,7 @@ def import_rows(export: ThreadExport, id_type: IdType, user_id_type: IdType) -> 
             {
                 "thread_id": thread_id,
                 "message_id": mid,
-                "role": r.message.get("role") if isinstance(r.message.get("role"), str) else None,
+                "role": message_role(r.message.get("role")),
                 "payload": Store.encode_object(r.message, "message"),
                 "created_at": _datetime(r.created_at, "message created_at"),
             }

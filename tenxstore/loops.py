@@ -13,11 +13,15 @@ do, in ``loop.shutdown_asyncgens()``), while it can still run the closing awaits
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Generic, TypeVar
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
+from types import TracebackType
+from typing import Any, Generic, TypeVar
 
-__all__ = ["PerLoop"]
+__all__ = ["CrossLoopLock", "PerLoop", "shut_down"]
 
 T = TypeVar("T")
 
@@ -32,8 +36,9 @@ class PerLoop(Generic[T]):
             (None: only ``first`` exists, as for a resource the caller owns).
         close: Closes a resource when its loop shuts down; ``first`` is then ready for
             the next loop (None: nothing to close).
-        reset: Makes ``first`` usable again when its loop closed without shutting
-            down properly (its connections are lost).
+        reset: Called with ``first`` when its loop closed without shutting down
+            properly (its connections died with it); returns what takes its place
+            (``first`` made usable again, or a new resource).
         foreign: Called with ``first`` when a caller-owned resource is asked for on a
             loop other than its own (the old loop, or None); may raise.
     """
@@ -44,7 +49,7 @@ class PerLoop(Generic[T]):
         *,
         make: Callable[[], T] | None = None,
         close: Callable[[T], Awaitable[None]] | None = None,
-        reset: Callable[[T], None] | None = None,
+        reset: Callable[[T], T] | None = None,
         foreign: Callable[[T, asyncio.AbstractEventLoop | None], None] | None = None,
     ) -> None:
         self.first = first
@@ -78,7 +83,7 @@ class PerLoop(Generic[T]):
         owner = self._first_loop() if self._first_loop is not None else None
         if owner is None or owner.is_closed() or owner not in self._bound:
             if owner is not None and owner.is_closed() and self._reset is not None:
-                self._reset(self.first)  # its loop ended without shutting down
+                self.first = self._reset(self.first)  # its loop ended without shutting down
             if self._foreign is not None and owner is not None:
                 self._foreign(self.first, owner)
             resource = self.first
@@ -121,3 +126,86 @@ class PerLoop(Generic[T]):
         elsewhere = owner is not None and owner is not loop and owner in self._bound
         if resource is not self.first and not elsewhere and self._close is not None:
             await self._close(self.first)
+
+
+def shut_down(transports: Iterable[Any]) -> int:
+    """End connections whose event loop closed without closing them (best effort).
+
+    Such a transport can no longer close itself (it would schedule on the dead loop),
+    and the garbage collector may come late; shutting its socket down ends the
+    connection on the server now. The socket itself is closed with the transport.
+
+    Returns:
+        How many were shut down.
+    """
+    done = 0
+    for transport in transports:
+        sock = None if transport is None else transport.get_extra_info("socket")
+        if sock is None:
+            continue
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            continue  # already gone
+        done += 1
+    return done
+
+
+class CrossLoopLock:
+    """A lock for coroutines of any event loop, in any thread (``asyncio.Lock`` belongs
+    to one loop). Waiters are woken in turn on their own loop, never blocking it; a
+    waiter whose loop has closed is skipped.
+    """
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._held = False
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    async def acquire(self) -> None:
+        """Wait for the lock (cancellable)."""
+        with self._mutex:
+            if not self._held:
+                self._held = True
+                return
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            with self._mutex:
+                handed = waiter not in self._waiters
+                if not handed:
+                    self._waiters.remove(waiter)
+            if handed:  # the lock was handed over as the cancellation came: pass it on
+                self.release()
+            raise
+
+    def release(self) -> None:
+        """Hand the lock to the next live waiter, or free it."""
+        with self._mutex:
+            while self._waiters:
+                waiter = self._waiters.popleft()
+                try:
+                    waiter.get_loop().call_soon_threadsafe(_wake, waiter)
+                except RuntimeError:  # its loop has closed
+                    continue
+                return
+            self._held = False
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+    # a waiter cancelled meanwhile sees it was handed the lock, and passes it on

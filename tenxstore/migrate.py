@@ -79,11 +79,31 @@ def _id_kind(column_type: Any) -> IdType:
     return "string"
 
 
-def _read_schema(connection: Connection, schema: str | None) -> tuple[str | None, str | None]:
-    """(revision, store id) of the database; (None, None) when it was never migrated."""
+def _check_id_types(
+    connection: Connection, schema: str | None, id_type: IdType, user_id_type: IdType
+) -> None:
+    """The id types a schema was created with must be the checkpointer's."""
+    columns = {c["name"]: c["type"] for c in inspect(connection).get_columns("threads", schema)}
+    found = (_id_kind(columns["thread_id"]), _id_kind(columns["user_id"]))
+    if found != (id_type, user_id_type):
+        raise ConfigError(
+            f"the schema was created with id_type={found[0]!r}, user_id_type={found[1]!r}; "
+            f"this checkpointer asks for id_type={id_type!r}, user_id_type={user_id_type!r}"
+        )
+
+
+def _read_schema(
+    connection: Connection,
+    schema: str | None,
+    id_types: tuple[IdType, IdType] | None = None,
+) -> tuple[str | None, str | None]:
+    """(revision, store id) of the database; (None, None) when it was never migrated.
+    With ``id_types``, a migrated schema's id columns must be of those types."""
     inspector = inspect(connection)
     if not inspector.has_table("alembic_version", schema):
         return None, None
+    if id_types is not None and inspector.has_table("threads", schema):
+        _check_id_types(connection, schema, *id_types)
     context = MigrationContext.configure(connection, opts={"version_table_schema": schema})
     revision = context.get_current_revision()
     store_id = None
@@ -130,13 +150,7 @@ def _upgrade_sync(
     )
     before, _ = _read_schema(connection, schema)
     command.upgrade(config, revision)
-    columns = {c["name"]: c["type"] for c in inspect(connection).get_columns("threads", schema)}
-    found = (_id_kind(columns["thread_id"]), _id_kind(columns["user_id"]))
-    if found != (id_type, user_id_type):
-        raise ConfigError(
-            f"the schema was created with id_type={found[0]!r}, user_id_type={found[1]!r}; "
-            f"this checkpointer asks for id_type={id_type!r}, user_id_type={user_id_type!r}"
-        )
+    _check_id_types(connection, schema, id_type, user_id_type)
     after, store_id = _read_schema(connection, schema)
     if after != before:
         log.info("migrated %s from %s to %s", schema or "the database", before, after)
@@ -196,10 +210,16 @@ async def upgrade_connection(
 
 
 async def read_schema(
-    connection: AsyncConnection, schema: str | None = None
+    connection: AsyncConnection,
+    schema: str | None = None,
+    id_types: tuple[IdType, IdType] | None = None,
 ) -> tuple[str | None, str | None]:
-    """(revision, store id) of the database behind ``connection``."""
-    return await connection.run_sync(_read_schema, schema)
+    """(revision, store id) of the database behind ``connection``.
+
+    Raises:
+        ConfigError: ``id_types`` given, and the schema was created with others.
+    """
+    return await connection.run_sync(_read_schema, schema, id_types)
 
 
 async def current_revision(engine: AsyncEngine, schema: str | None = None) -> str | None:

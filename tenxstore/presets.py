@@ -115,11 +115,6 @@ class PgCheckpointer(CachedCheckpointer):
         )
         if redis_pool_config and redis_url is None:
             raise ConfigError("redis_pool_config applies only to a client created from redis_url")
-        if redis_pool_config:
-            from redis.asyncio import Redis
-
-            redis = Redis.from_url(redis_url, **redis_pool_config)  # type: ignore[arg-type]
-            redis_url = None
         super().__init__(
             repository,
             redis=redis,
@@ -127,14 +122,8 @@ class PgCheckpointer(CachedCheckpointer):
             redis_pool=redis_pool,
             cache_ttl=cache_ttl,
             key_prefix=key_prefix,
+            redis_options=redis_pool_config or None,
         )
-        self._owns_redis_from_config = redis_pool_config is not None
-
-    async def aclose(self) -> None:
-        """Close the pools this checkpointer created."""
-        await super().aclose()
-        if self._owns_redis_from_config and self.redis is not None:
-            await self.redis.aclose()
 
 
 class SqliteCheckpointer(_OptionalCache):

@@ -16,6 +16,7 @@ from .langgraph_tables import LangGraphTables
 from .types import (
     Commit,
     Health,
+    Imported,
     ImportOutcome,
     OnConflict,
     StateSnapshot,
@@ -191,3 +192,8 @@ class Checkpointer(Protocol):
         self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
     ) -> list[ImportOutcome]:
         """Write exported threads back, all or nothing."""
+
+    async def aimport(
+        self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
+    ) -> list[Imported]:
+        """``aimport_threads`` returning what each import did."""

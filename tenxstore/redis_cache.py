@@ -30,7 +30,7 @@ import logging
 import re
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,8 +43,9 @@ from redis.exceptions import (
     ResponseError,
 )
 
-from .loops import PerLoop
+from .loops import PerLoop, shut_down
 from .serde import RESERVED_KEY, decode
+from .validate import MAX_COUNT
 
 __all__ = [
     "BLANKET",
@@ -95,12 +96,14 @@ end
 
 # KEYS[1] key   ARGV[1] incarnation ('' = unknown: keep the cached one's)   ARGV[2] version
 # ARGV[3] ttl in ms (0: none)   ARGV[4] '' or the stdlib mark ' '   ARGV[5] the state's
-# members after its '{' (',"a":1}' or '}')
-# Returns 1 when stored, 0 when the key holds an entry or a fence above it.
+# members after its '{' (',"a":1}' or '}')   ARGV[6] '1': only replace, never create
+# Returns 1 when stored, 0 when the key holds an entry or a fence above it, 2 when the
+# key is empty and ARGV[6] forbids creating it.
 PUT_SCRIPT = (
     _PARSE_HEAD
     + """
 local ci, cv, fence = parse(KEYS[1])
+if ARGV[6] == '1' and not ci then return 2 end
 local inc = ARGV[1]
 if inc == '' then
   if fence then return 0 end
@@ -133,11 +136,25 @@ return 1
 )
 
 
+# KEYS[1] key. Deletes an entry (or anything else) but never a fence: a fence is
+# dropped only by its expiry or replaced by something above it. Returns 1 when deleted.
+DROP_SCRIPT = (
+    _PARSE_HEAD
+    + """
+local _, _, fence = parse(KEYS[1])
+if fence then return 0 end
+return redis.call('DEL', KEYS[1])
+"""
+)
+
+
 def _sha(script: str) -> str:
     return hashlib.sha1(script.encode()).hexdigest()  # Redis names scripts so
 
 
-_PUT_SHA, _FENCE_SHA = _sha(PUT_SCRIPT), _sha(FENCE_SCRIPT)
+_PUT_SHA, _FENCE_SHA, _DROP_SHA = _sha(PUT_SCRIPT), _sha(FENCE_SCRIPT), _sha(DROP_SCRIPT)
+_SCRIPTS = {_PUT_SHA: PUT_SCRIPT, _FENCE_SHA: FENCE_SCRIPT, _DROP_SHA: DROP_SCRIPT}
+_FLUSH_CHUNK = 500  # remembered invalidations sent per pipeline
 
 
 @dataclass(frozen=True)
@@ -157,16 +174,21 @@ def decode_entry(raw: bytes) -> Entry | None:
     """
     if raw.startswith(_FENCE_PREFIX):
         return None
-    data = decode(raw)  # a JSONDecodeError is a ValueError
+    try:
+        data = decode(raw)  # a JSONDecodeError is a ValueError
+    except RecursionError as exc:  # the stdlib decoder on absurd nesting
+        raise ValueError("a cache entry nested too deep") from exc
     if not isinstance(data, dict):
         raise ValueError(f"a cache entry must be a JSON object, not {type(data).__name__}")
     version = data.pop(RESERVED_KEY, None)
-    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-        raise ValueError(f"a cache entry needs a non-negative int version, not {version!r}")
+    if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= MAX_COUNT:
+        raise ValueError(f"a cache entry needs a version from 0 to 2**63-1, not {version!r}")
     head = _HEAD.match(raw)
     incarnation = None
     if head is not None and head[2] is not None:
         incarnation = int(head[2])
+        if incarnation > MAX_COUNT:
+            raise ValueError(f"a cache entry's incarnation is out of range: {incarnation}")
         data.pop(INCARNATION_MEMBER, None)
     return Entry(data, version, incarnation)
 
@@ -234,10 +256,12 @@ class RedisCache:
         max_backoff: float,
         ttl_ms: int,
     ) -> None:
+        self._make = make
         self._clients = PerLoop(
             client,
             make=make,
             close=self._close_client if owns else None,
+            reset=self._replace if owns and make is not None else None,
         )
         self.timeout = timeout
         self.backoff, self.max_backoff = backoff, max_backoff
@@ -253,6 +277,18 @@ class RedisCache:
     def client(self) -> Any:
         """The client of the running loop (outside a loop: the first)."""
         return self._clients.current()
+
+    def _replace(self, client: Any) -> Any:
+        """A new client in place of one whose loop closed without closing it: its
+        connections are ended (best effort) and forgotten, never reused."""
+        pool = getattr(client, "connection_pool", None)
+        if pool is not None:
+            conns = [*pool._get_free_connections(), *pool._get_in_use_connections()]
+            writers = (getattr(conn, "_writer", None) for conn in conns)
+            shut_down(None if w is None else w.transport for w in writers)
+            pool.reset()
+        assert self._make is not None
+        return self._make()
 
     @staticmethod
     async def _close_client(client: Any) -> None:
@@ -310,7 +346,7 @@ class RedisCache:
             return None
         try:
             client = await self._clients.get()
-            if self.dirty:
+            if self.dirty:  # what was deleted during an outage is fenced before anything
                 await asyncio.wait_for(self._flush(client), self.timeout)
             result = await asyncio.wait_for(make(client), self.timeout)
         except asyncio.CancelledError:
@@ -348,16 +384,60 @@ class RedisCache:
                 self.dirty[key] = fence if known is None else max(fence, known)
 
     async def _flush(self, client: Any) -> None:
-        pending, self.dirty = self.dirty, {}
-        try:
-            for key, fence in pending.items():  # one key per command: cluster-safe
-                if fence is None:
-                    await client.delete(key)
-                else:
-                    await self._eval(client, _FENCE_SHA, FENCE_SCRIPT, key, self._fence_args(fence))
-        except BaseException:
-            self._remember(pending)
-            raise
+        """Send the remembered invalidations. A key leaves ``dirty`` only once its own
+        command is confirmed (and was not made stronger meanwhile), and until then every
+        read of it is a miss and every put of it refused (:meth:`pending`): a call that
+        runs beside the flush, on this loop or another, can never get ahead of it."""
+        while self.dirty:
+            chunk = list(self.dirty.items())[:_FLUSH_CHUNK]
+            if self.cluster:  # one key per command, side by side: cluster-safe
+                await asyncio.gather(*(self._invalidate(client, k, f) for k, f in chunk))
+            else:
+                await self._execute(
+                    client,
+                    [
+                        (_DROP_SHA, key, [])
+                        if fence is None
+                        else (_FENCE_SHA, key, self._fence_args(fence))
+                        for key, fence in chunk
+                    ],
+                )
+            for key, fence in chunk:
+                if key in self.dirty and self.dirty[key] == fence:
+                    del self.dirty[key]
+
+    def pending(self, key: str) -> bool:
+        """Whether an invalidation of ``key`` still waits to be sent."""
+        return key in self.dirty
+
+    async def _invalidate(self, client: Any, key: str, fence: Fence | None) -> None:
+        if fence is None:
+            await self._eval(client, _DROP_SHA, DROP_SCRIPT, key, [])
+        else:
+            await self._eval(client, _FENCE_SHA, FENCE_SCRIPT, key, self._fence_args(fence))
+
+    @staticmethod
+    async def _execute(client: Any, calls: list[tuple[str, str, list[Any]]]) -> list[Any]:
+        """(sha, key, args) script calls in one pipeline; the scripts are loaded and the
+        pipeline sent again when Redis lost them (a restart). The first failure is
+        raised."""
+
+        async def send() -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for sha, key, args in calls:
+                pipe.evalsha(sha, 1, key, *args)
+            done: list[Any] = await pipe.execute(raise_on_error=False)
+            return done
+
+        results = await send()
+        if any(isinstance(r, NoScriptError) for r in results):
+            for script in _SCRIPTS.values():
+                await client.script_load(script)
+            results = await send()
+        for failure in results:
+            if isinstance(failure, Exception):
+                raise failure
+        return results
 
     # -- commands ----------------------------------------------------------------------
 
@@ -374,8 +454,15 @@ class RedisCache:
             return await client.evalsha(sha, 1, key, *args)
 
     async def get(self, key: str) -> bytes | None:
-        """The raw value of ``key`` (None: absent, or Redis unavailable)."""
-        raw: bytes | None = await self.call("get", lambda client: client.get(key))
+        """The raw value of ``key`` (None: absent, invalidation pending, or Redis
+        unavailable)."""
+        raw: bytes | None = await self.call("get", lambda client: self._get(client, key))
+        return raw
+
+    async def _get(self, client: Any, key: str) -> bytes | None:
+        if self.pending(key):  # decided after the flush, right before the GET is sent
+            return None
+        raw: bytes | None = await client.get(key)
         return raw
 
     async def put(
@@ -385,23 +472,39 @@ class RedisCache:
         version: int,
         incarnation: int | None,
         fences: Iterable[tuple[str, Fence]] = (),
-    ) -> bool:
+        *,
+        replace_only: bool = False,
+    ) -> int:
         """The guarded put of ``key`` and the fences of other keys, in one round trip.
 
-        ``body`` is the state's text split as (stdlib mark, members after ``{``).
+        ``body`` is the state's text split as (stdlib mark, members after ``{``). With
+        ``replace_only`` an empty key is left empty.
+
+        Returns:
+            1 when stored; 0 when refused (or Redis unavailable); 2 when ``key`` is
+            empty and ``replace_only`` forbade creating it.
         """
         others = dict(fences)
         pending: dict[str, Fence | None] = {
             key: (incarnation, version) if incarnation is not None else BLANKET,
             **others,
         }
-        args = ["" if incarnation is None else incarnation, version, self.ttl_ms, *body]
+        args = [
+            "" if incarnation is None else incarnation,
+            version,
+            self.ttl_ms,
+            *body,
+            "1" if replace_only else "",
+        ]
         stored = await self.call(
             "put", lambda client: self._put(client, key, args, others), pending
         )
-        return bool(stored)
+        return int(stored or 0)
 
     async def _put(self, client: Any, key: str, args: list[Any], fences: dict[str, Fence]) -> Any:
+        if self.pending(key):  # its invalidation is not confirmed yet: only fence others
+            await self._fence_each(client, fences)
+            return 0
         if self.cluster:  # redis-py refuses scripts in a cluster pipeline: side by side
             stored, *_ = await asyncio.gather(
                 self._eval(client, _PUT_SHA, PUT_SCRIPT, key, args),
@@ -411,22 +514,9 @@ class RedisCache:
                 ),
             )
             return stored
-        for attempt in (1, 2):
-            pipe = client.pipeline(transaction=False)
-            pipe.evalsha(_PUT_SHA, 1, key, *args)
-            for other, fence in fences.items():
-                pipe.evalsha(_FENCE_SHA, 1, other, *self._fence_args(fence))
-            results = await pipe.execute(raise_on_error=False)
-            missing = any(isinstance(r, NoScriptError) for r in results)
-            if missing and attempt == 1:
-                await client.script_load(PUT_SCRIPT)
-                await client.script_load(FENCE_SCRIPT)
-                continue
-            for failure in results:
-                if isinstance(failure, Exception):
-                    raise failure
-            return results[0]
-        raise AssertionError("unreachable")
+        calls = [(_PUT_SHA, key, args)]
+        calls += [(_FENCE_SHA, other, self._fence_args(fence)) for other, fence in fences.items()]
+        return (await self._execute(client, calls))[0]
 
     async def fence(self, fences: Iterable[tuple[str, Fence]]) -> None:
         """Fence each key (see the module's docstring)."""
@@ -434,21 +524,19 @@ class RedisCache:
         if pending:
             await self.call("invalidate", lambda client: self._fence_each(client, pending), pending)
 
-    async def _fence_each(self, client: Any, fences: dict[str, Fence | None]) -> None:
+    async def _fence_each(self, client: Any, fences: Mapping[str, Fence | None]) -> None:
         for key, fence in fences.items():
-            assert fence is not None
-            await self._eval(client, _FENCE_SHA, FENCE_SCRIPT, key, self._fence_args(fence))
+            await self._invalidate(client, key, fence)
 
-    async def delete(self, keys: Iterable[str]) -> None:
-        """Delete keys (one command each: safe on a cluster)."""
+    async def drop(self, keys: Iterable[str]) -> None:
+        """Delete the entries of keys, never a fence (one command each: cluster-safe)."""
         pending: dict[str, Fence | None] = dict.fromkeys(keys)
         if pending:
-            await self.call("delete", lambda client: self._delete_each(client, pending), pending)
+            await self.call("delete", lambda client: self._drop_each(client, pending), pending)
 
-    @staticmethod
-    async def _delete_each(client: Any, keys: Iterable[str]) -> None:
+    async def _drop_each(self, client: Any, keys: Iterable[str]) -> None:
         for key in keys:
-            await client.delete(key)
+            await self._eval(client, _DROP_SHA, DROP_SCRIPT, key, [])
 
     async def aclose(self) -> None:
         """Close the running loop's client, if this class created it."""

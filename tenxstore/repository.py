@@ -36,6 +36,7 @@ from .store import Settings, Store
 from .types import (
     Commit,
     Health,
+    Imported,
     ImportOutcome,
     OnConflict,
     StateSnapshot,
@@ -195,12 +196,15 @@ class CheckpointRepository:
         self._store.ready(store_id)
 
     async def astore_id(self) -> str:
-        """The random id that names this database and schema (written by the migrations).
+        """The id that names this database and schema: the random id its migrations
+        wrote, joined with what tells the database apart from a copy of it (the SQLite
+        file's inode; PostgreSQL's system identifier and the database's and schema's
+        oids), so a copied file, a template or a restore is another store.
 
         Checked once per process at first use, like the schema revision; a cache uses
         it as its default key namespace, so two stores sharing one Redis never share
         an entry while one store reached two ways (directly, through PgBouncer, by two
-        host names) always does.
+        host names, by two paths to one file) always does.
 
         Raises:
             SchemaNotReady: The schema was never set up, or is behind this release.
@@ -634,3 +638,10 @@ class CheckpointRepository:
         """Write exported threads back in ONE transaction; any error writes nothing (see
         :meth:`ThreadExports.aimport_threads`)."""
         return await self.exports.aimport_threads(exports, on_conflict=on_conflict)
+
+    async def aimport(
+        self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
+    ) -> list[Imported]:
+        """:meth:`aimport_threads`, returning what each import did (with the life it
+        replaced), as a cache needs to know it."""
+        return await self.exports.aimport(exports, on_conflict=on_conflict)

@@ -12,13 +12,19 @@ columns are ``TEXT`` and not PostgreSQL ``JSONB`` (JSONB rejects that escape).
 
 Nesting is bounded by :data:`MAX_DEPTH` (254, orjson's own limit): a value nested
 deeper is refused as soon as validation reaches that depth.
+
+Both encoders accept the same values: JSON's own, plus what orjson writes natively and
+the standard library is taught to write the same way (a ``UUID`` as its text, an
+``Enum`` member as its value). Datetimes and dataclasses are refused by both.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from enum import Enum
 from typing import Any
+from uuid import UUID
 
 import orjson
 
@@ -36,6 +42,15 @@ _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATAC
 
 def _refuse(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _as_orjson_writes(value: Any) -> Any:
+    """The standard library's ``default``: what orjson writes natively, written alike."""
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, Enum):
+        return value.value
+    return _refuse(value)
 
 
 Path = tuple[Any, "Path"] | None
@@ -71,8 +86,10 @@ def _check_tree(value: Any, what: str) -> bool:
                     raise SerializationError(
                         f"{_path(what, where)}: string is not valid Unicode ({exc.reason})"
                     ) from None
-        elif item is None or isinstance(item, (bool, int)):
+        elif item is None or isinstance(item, (bool, int, UUID)):
             continue
+        elif isinstance(item, Enum):
+            stack.append((item.value, depth, where))
         elif isinstance(item, float):
             nonfinite = nonfinite or not math.isfinite(item)
         elif isinstance(item, (dict, list, tuple)):
@@ -101,7 +118,13 @@ def _check_tree(value: Any, what: str) -> bool:
 def _stdlib_encode(value: Any, what: str, sort_keys: bool = False) -> str:
     _check_tree(value, what)
     try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys)
+        text = json.dumps(
+            value,
+            ensure_ascii=False,
+            separators=(",", ":"),
+            sort_keys=sort_keys,
+            default=_as_orjson_writes,
+        )
         return _STDLIB_MARK + text
     except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(f"{what}: {exc}") from exc

@@ -7,6 +7,7 @@ the same :class:`Store` and call only its public methods; none reaches into anot
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -28,7 +29,18 @@ from .serde import encode
 from .statements import Statements
 from .validate import IdType, message_id
 
-__all__ = ["Settings", "Store"]
+__all__ = ["Settings", "Store", "message_role"]
+
+MAX_ROLE = 255
+
+
+def message_role(role: object) -> str | None:
+    """The ``role`` column: a denormalized copy for queries, kept when it is a plain
+    short text. A role a column cannot hold (a NUL, which PostgreSQL text refuses;
+    absurd lengths) or that is not a str is stored as NULL; the payload keeps it exactly."""
+    if isinstance(role, str) and len(role) <= MAX_ROLE and "\x00" not in role:
+        return role
+    return None
 
 
 @dataclass(frozen=True)
@@ -55,7 +67,8 @@ class Store:
         self.settings = settings
         self.schema = schema
         self.store_id: str | None = None
-        """The random id migration 0003 wrote: names this database and schema."""
+        """The store's id, known at first use (see :meth:`ensure_ready`)."""
+        self._migrated: str | None = None  # the id the migrations wrote, once they ran
 
     # -- the schema ----------------------------------------------------------------
 
@@ -65,21 +78,31 @@ class Store:
         return f"schema {self.schema!r} of {url}" if self.schema else f"the database {url}"
 
     def ready(self, store_id: str | None) -> None:
-        """The schema is at head (a migration just said so) with this identity."""
-        self.store_id = store_id
+        """The schema is at head (a migration just said so) with this id; the store's
+        full id is completed at first use (:meth:`ensure_ready`)."""
+        self._migrated = store_id
+        self.store_id = None
 
     async def ensure_ready(self) -> str:
         """Check once, at first use, that the schema is at head; the store id.
 
         Raises:
             SchemaNotReady: Never set up, behind head, or set up by a newer release.
+            ConfigError: Set up with other id types than this checkpointer's.
         """
         if self.store_id is not None:
             return self.store_id
+        id_types = (self.settings.id_type, self.settings.user_id_type)
         async with self.backend.connect() as conn:
-            revision, store_id = await migrate.read_schema(conn, self.schema)
-        self.store_id = migrate.check_schema(revision, store_id, self.where())
-        return self.store_id
+            found = self._migrated
+            if found is None:
+                revision, store_id = await migrate.read_schema(conn, self.schema, id_types)
+                found = migrate.check_schema(revision, store_id, self.where())
+            identity = await self.backend.identity(conn, self.schema)
+        if identity:  # a copy of the database is another store (see Backend.identity)
+            found += "-" + hashlib.sha256(identity.encode()).hexdigest()[:12]
+        self.store_id = found
+        return found
 
     def ids(self, config: object, *, need_thread: bool = True) -> RunIds:
         """The validated ids of one call (``ConfigError`` before any I/O)."""
@@ -203,8 +226,10 @@ class Store:
         Ids are assigned to the caller's dicts only once every message has encoded,
         so a message that fails leaves all of them untouched.
         """
-        if isinstance(messages, (str, bytes, Mapping)):
-            raise SerializationError("messages must be a sequence of dicts")
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+            raise SerializationError(
+                f"messages must be a sequence of dicts, not {type(messages).__name__}"
+            )
         rows: dict[str, dict[str, Any]] = {}
         assigned: list[tuple[dict[str, Any], str]] = []
         for i, message in enumerate(messages):
@@ -225,7 +250,7 @@ class Store:
                 mid,
                 {
                     "message_id": mid,
-                    "role": role if isinstance(role, str) else None,
+                    "role": message_role(role),
                     "payload": payload,
                 },
             )

@@ -11,6 +11,7 @@ __all__ = [
     "Commit",
     "Health",
     "ImportOutcome",
+    "Imported",
     "MessageRecord",
     "OnConflict",
     "StateSnapshot",
@@ -56,6 +57,19 @@ class Commit:
     version: int
     state_text: str | None = field(default=None, repr=False, compare=False)
     """The state as the store encoded it (a cache stores the same text, encoded once)."""
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What an import did to one thread, as a cache needs to know it.
+
+    Attributes:
+        outcome: ``"created"``, ``"unchanged"``, ``"skipped"`` or ``"replaced"``.
+        replaced: The life it replaced (its owner may differ from the import's).
+    """
+
+    outcome: ImportOutcome
+    replaced: Commit | None = None
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,15 @@ from typing import Any
 
 import asyncpg
 import pytest
+from hypothesis import HealthCheck, settings
 
 import tenxstore
 from tests import services
+
+# Generated examples are checked, not timed: a CI machine busy with other tests is slow
+# to generate them, which is no failure of the code under test.
+settings.register_profile("tenxstore", suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("tenxstore")
 
 SQL_BACKENDS = ["sqlite", "postgresql", "pgbouncer"]
 CACHED_BACKENDS = ["sqlite+redis", "postgresql+redis"]

@@ -402,3 +402,31 @@ def test_import_replace_invalidates_the_applications_cache(tmp_path: Path) -> No
     assert done.exit_code == 0 and "1 replaced" in done.output, done.output
     restored = asyncio.run(app_reads())
     assert restored is not None and restored["turn"] == 1  # the backup, not the cached entry
+    # Redis unreachable: the database changes, but the command says what it could not do.
+    asyncio.run(app_writes())
+    lost = invoke(
+        "import",
+        str(backup),
+        "--url",
+        url,
+        "--on-conflict",
+        "replace",
+        "--redis-url",
+        "redis://127.0.0.1:1/0",
+    )
+    assert lost.exit_code == 1, lost.output
+    assert "cache invalidation(s) did not reach Redis" in lost.output
+    # Run again once Redis answers: the database is as imported, and the entry is fenced.
+    again = invoke(
+        "import",
+        str(backup),
+        "--url",
+        url,
+        "--on-conflict",
+        "replace",
+        "--redis-url",
+        services.redis_url(),
+    )
+    assert again.exit_code == 0 and "1 unchanged" in again.output, again.output
+    restored = asyncio.run(app_reads())
+    assert restored is not None and restored["turn"] == 1

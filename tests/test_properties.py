@@ -101,7 +101,9 @@ def fresh(prefix: str = "t") -> str:
 
 ids = st.text(min_size=1, max_size=120).filter(lambda s: "\x00" not in s)
 PROPS = settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
 
@@ -432,6 +434,6 @@ def test_the_store_behaves_like_the_model(store: Store) -> None:
             max_examples=15,
             stateful_step_count=30,
             deadline=None,
-            suppress_health_check=[HealthCheck.function_scoped_fixture],
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
         ),
     )

@@ -30,7 +30,7 @@ from sqlalchemy.sql.dml import Insert
 from sqlalchemy.util import greenlet_spawn
 
 from ..errors import ConfigError, ConnectionLost, DatabaseUnavailable, LockTimeout, TenxStoreError
-from ..loops import PerLoop
+from ..loops import PerLoop, shut_down
 from ..models import Tables
 
 __all__ = [
@@ -211,9 +211,15 @@ class Borrowed:
         for fairy, _ in idle:
             await greenlet_spawn(fairy.close)
 
-    def forget(self) -> None:
-        """Drop them without a word: their event loop is gone."""
-        self._idle = []
+    def forget(self) -> list[Any]:
+        """Drop them without a word: their event loop is gone, so they cannot be closed
+        (nor terminated). Each is detached from the pool, which forgets it; their
+        driver connections are returned, to be ended by their sockets."""
+        idle, self._idle = self._idle, []
+        drivers = [fairy.driver_connection for fairy, _ in idle]
+        for fairy, _ in idle:
+            fairy.detach()
+        return drivers
 
 
 class EngineSet:
@@ -276,9 +282,15 @@ class Backend(ABC):
             await engines.engine.dispose()
 
     @staticmethod
-    def _reset(engines: EngineSet) -> None:
-        engines.borrowed.forget()  # its connections died with their loop
+    def _reset(engines: EngineSet) -> EngineSet:
+        """The first loop closed without shutting down: its connections (borrowed, and
+        idle in the pool) are ended on the server, and the pool starts anew."""
+        pool = engines.engine.sync_engine.pool
+        idle = getattr(getattr(pool, "_pool", None), "queue", ())  # QueuePool's idle records
+        drivers = [*engines.borrowed.forget(), *(record.driver_connection for record in idle)]
+        shut_down(getattr(driver, "_transport", None) for driver in drivers)
         engines.engine.sync_engine.dispose(close=False)
+        return engines
 
     @staticmethod
     def _foreign(engines: EngineSet, loop: asyncio.AbstractEventLoop | None) -> None:
@@ -372,6 +384,13 @@ class Backend(ABC):
         """The database's time, for leases: every worker measures them on one clock.
         (An embedded database's clock is this host's.)"""
         return datetime.now(timezone.utc)
+
+    async def identity(self, conn: AsyncConnection, schema: str | None) -> str:
+        """What tells this database apart from a copy of it (a copied file, a database
+        made from another as a template, a restore), yet is the same by every route
+        to it. A store's id is written into the database, so a copy has its
+        original's: the two together name one store. Empty when nothing can."""
+        return ""
 
     # -- the hot path: a head read and a state write -----------------------------------
 

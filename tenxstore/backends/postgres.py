@@ -37,6 +37,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
     true,
     update,
 )
@@ -406,6 +407,23 @@ class PostgresBackend(Backend):
 
     async def snapshot_options(self, conn: AsyncConnection) -> None:
         await conn.execution_options(isolation_level="REPEATABLE READ")
+
+    async def identity(self, conn: AsyncConnection, schema: str | None) -> str:
+        """The cluster's system identifier (where this role may read it), the
+        database's oid and the schema's: the same through a pooler or another host
+        name, different in a copy."""
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT CASE WHEN has_function_privilege('pg_control_system()', 'EXECUTE')"
+                    " THEN (SELECT system_identifier::text FROM pg_control_system()) END,"
+                    " (SELECT oid FROM pg_database WHERE datname = current_database()),"
+                    " to_regnamespace(:schema)::oid"
+                ),
+                {"schema": schema or "public"},
+            )
+        ).one()
+        return f"{row[0] or ''}/{row[1]}/{row[2]}"
 
     async def clock(self, conn: AsyncConnection) -> datetime:
         """The server's ``clock_timestamp()``: every worker's leases on one clock."""

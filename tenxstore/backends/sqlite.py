@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import sqlite3
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.dml import Insert
 
+from ..loops import CrossLoopLock
 from .base import Backend, Head, HeadWrite, StateWrite, timeout_ms
 from .driver import DriverStatement
 
@@ -83,6 +84,17 @@ def _into_wal(cursor: Any) -> None:
 def _journal_mode(cursor: Any) -> str:
     cursor.execute("PRAGMA journal_mode")
     return str(cursor.fetchone()[0]).lower()
+
+
+async def _file_identity(conn: AsyncConnection) -> str:
+    """The database file's device and inode: the same by every path to it, different
+    in a copy (an in-memory database has none)."""
+    rows: list[Any] = list(await conn.exec_driver_sql("PRAGMA database_list"))
+    path = next((row[2] for row in rows if row[1] == "main"), "")
+    if not path:
+        return ""
+    found = os.stat(path)
+    return f"{found.st_dev}:{found.st_ino}"
 
 
 class HotPath:
@@ -208,6 +220,9 @@ class SqliteBackend(Backend):
     dialect = "sqlite"
     _hot: HotPath | None = None
 
+    async def identity(self, conn: AsyncConnection, schema: str | None) -> str:
+        return await _file_identity(conn)
+
     def bind(self, sql: Any) -> None:
         super().bind(sql)
         if self.owns_engine and self.pool_per_loop:  # a file, from a URL of ours
@@ -307,7 +322,8 @@ class MemoryBackend(SqliteBackend):
     """An in-memory SQLite database: one connection, transactions in turn.
 
     The connection is not tied to a loop (aiosqlite runs it in a thread): every loop
-    shares it, and only aclose() closes it (the database goes with it).
+    shares it, in turn (a lock across loops and threads), and only aclose() closes it
+    (the database goes with it).
     """
 
     name = "memory"
@@ -323,22 +339,16 @@ class MemoryBackend(SqliteBackend):
         return {"poolclass": StaticPool}
 
     @functools.cached_property
-    def _turns(self) -> weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]:
-        return weakref.WeakKeyDictionary()
-
-    def _turn(self) -> asyncio.Lock:
-        """The lock that makes this loop's transactions take turns on the connection."""
-        loop = asyncio.get_running_loop()
-        lock = self._turns.get(loop)
-        if lock is None:
-            lock = self._turns[loop] = asyncio.Lock()
-        return lock
+    def _turn(self) -> CrossLoopLock:
+        """Makes transactions take turns on the one connection, whichever event loop
+        (and thread) they run on."""
+        return CrossLoopLock()
 
     @asynccontextmanager
     async def connect(self, *, read: bool = False) -> AsyncIterator[AsyncConnection]:
         """The one connection, in turn; the schema is created before its first use."""
         engines = self._engines.first
-        async with self._turn(), (engines.read if read else engines.engine).connect() as conn:
+        async with self._turn, (engines.read if read else engines.engine).connect() as conn:
             if self._create_schema is not None:
                 create, self._create_schema = self._create_schema, None
                 try:

@@ -536,6 +536,9 @@ async def test_a_redis_that_refuses_us_is_named_once_and_in_the_health_check(
         b'{"__checkpoint_version__": true}',
         b'{"__checkpoint_version__": -3}',
         b"\xff\xfe",
+        b" " + b"[" * 200_000 + b"]" * 200_000,  # the stdlib parser's recursion limit
+        b'{"__checkpoint_version__":1,"__checkpoint_incarnation__":1180591620717411303424}',
+        b'{"__checkpoint_version__":9223372036854775808}',
     ],
     ids=repr,
 )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import enum
 import math
 import subprocess
 import sys
+import uuid
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -14,6 +17,11 @@ from hypothesis import strategies as st
 from tenxstore import CheckpointRepository, SerializationError
 from tenxstore.serde import decode, encode
 from tests.conftest import cfg
+
+
+class Color(enum.Enum):
+    RED = "red"
+
 
 ALL_CONTROL = "".join(chr(c) for c in range(32)) + "\x7f\u2028\u2029\ufeff\U0010ffff"
 
@@ -166,3 +174,40 @@ def test_deep_values_are_refused_in_bounded_memory() -> None:
         timeout=120,
     )
     assert done.returncode == 0 and done.stdout.strip() == "refused", done.stderr[-2000:]
+
+
+async def test_a_role_no_column_can_hold_is_kept_in_the_payload(cp: CheckpointRepository) -> None:
+    """``role`` is a denormalized column; the message itself round-trips exactly."""
+    odd = [
+        {"id": "nul", "role": "us\x00er", "content": "x"},
+        {"id": "long", "role": "r" * 10_000, "content": "y"},
+        {"id": "typed", "role": {"name": "tool"}, "content": "z"},
+    ]
+    await cp.aput_checkpoint(cfg(), {"a": 1}, odd)
+    assert await cp.aget_messages(cfg()) == odd
+
+
+async def test_messages_that_are_not_a_sequence_are_a_typed_error(
+    cp: CheckpointRepository,
+) -> None:
+    for bad in (None, 5, {"id": "m"}, "messages"):
+        with pytest.raises(SerializationError):
+            await cp.aput_checkpoint(cfg(), {"a": 1}, bad)  # type: ignore[arg-type]
+    assert await cp.aget_state(cfg()) is None
+
+
+def test_both_encoders_accept_the_same_values() -> None:
+    """What orjson writes natively (a UUID, an Enum member) is written alike when the
+    standard library encodes (a big int or a NaN beside it); datetimes are refused."""
+    ident = uuid.UUID(int=7)
+    plain, marked = (
+        encode({"id": ident, "e": Color.RED}),
+        encode({"id": ident, "e": Color.RED, "n": math.nan}),
+    )
+    assert decode(plain) == {"id": str(ident), "e": "red"}
+    assert decode(marked)["id"] == str(ident) and decode(marked)["e"] == "red"
+    assert encode({"id": ident}, sort_keys=True) == encode({"id": str(ident)}, sort_keys=True)
+    for refused in (datetime.now(timezone.utc), {1, 2}, object()):
+        for value in ({"v": refused}, {"v": refused, "n": math.nan}):
+            with pytest.raises(SerializationError):
+                encode(value)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,3 +139,75 @@ def test_a_callers_redis_bound_to_a_dead_loop_fails_open(
             await redis.delete(f"{prefix}:t1:alice")
 
     asyncio.run(forget())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_loops_in_worker_threads_at_once(name: str, tmp_path: Path, schema: str) -> None:
+    """Four threads, each with its own loop, writing at the same time (the in-memory
+    database's one connection takes turns across loops)."""
+    code = f"""
+import asyncio, sys, threading
+sys.path.insert(0, {str(Path(__file__).parents[2])!r})
+from tests.contract.test_loops import make
+cp = make({name!r}, __import__("pathlib").Path({str(tmp_path)!r}), {schema!r})
+cp.setup()
+errors = []
+def worker(w):
+    async def go():
+        for i in range(25):
+            config = {{"thread_id": f"t{{w}}-{{i}}", "user_id": "alice"}}
+            await cp.aput_state(config, {{"i": i}})
+            assert await cp.aget_state_cache(config) == {{"i": i}}
+    try:
+        asyncio.run(go())
+    except Exception as exc:
+        errors.append(repr(exc))
+threads = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+asyncio.run(cp.aclose())
+print(errors)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr[-3000:]
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("how", ["loop closed without shutdown", "redis_pool_config"])
+def test_clients_of_a_loop_that_closed_are_replaced_not_reused(
+    how: str, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Some frameworks close their loop without shutting it down: what tenxstore made for
+    that loop is replaced on the next one, never reused (no failed call, no back-off)."""
+    options = {"redis_pool_config": {"max_connections": 20}} if how == "redis_pool_config" else {}
+    cp = tenxstore.PgCheckpointer(
+        postgres_dsn=services.pg_url(),
+        redis_url=services.redis_url(),
+        schema=schema,
+        key_prefix=schema,
+        **options,
+    )
+    cp.setup()
+    with caplog.at_level(logging.WARNING, logger="tenxstore"):
+        for n in range(3):
+            if how == "redis_pool_config":
+                assert asyncio.run(turn(cp, n)) == n + 1
+            else:
+                loop = asyncio.new_event_loop()
+                try:
+                    assert loop.run_until_complete(turn(cp, n)) == n + 1
+                finally:
+                    loop.close()
+    assert [r.getMessage() for r in caplog.records] == []
+    assert asyncio.run(cp.acheck()).pending_invalidations == 0
+
+    async def forget() -> None:
+        await cp.aclose()
+        async with Redis.from_url(services.redis_url()) as redis:
+            await redis.delete(f"{schema}:t1:alice")
+
+    asyncio.run(forget())
+    gc.collect()

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
 
-from tenxstore import CheckpointRepository, StaleStateError
+from tenxstore import CheckpointRepository, ConfigError, StaleStateError
 from tests.conftest import Backend, cfg
 
 
@@ -228,3 +229,26 @@ async def test_the_incarnation_is_recorded_beside_the_version(cp: CheckpointRepo
     assert reader["_checkpoint_version"] == 0 and "_checkpoint_incarnation" not in reader
     await cp.aput_state(reader, {"x": "again"})
     assert reader["_checkpoint_incarnation"] > life  # every new life is a larger number
+
+
+async def test_an_import_refuses_counts_its_columns_cannot_hold(cp: CheckpointRepository) -> None:
+    """Checked before any I/O, on every backend alike (SQLite would store them; a
+    version at the column's limit would make every later write fail)."""
+    await cp.aput_state(cfg(), {"a": 1})
+    await cp.abegin_tool_execution(cfg(), "c", "tool", {})
+    export = await cp.aexport_thread(cfg())
+    assert export is not None
+    call = dataclasses.replace(export.tool_executions[0], attempts=3_000_000_000)
+    top = 2**63 - 1
+    at_the_top = dataclasses.replace(
+        export,
+        thread=dataclasses.replace(export.thread, version=top),
+        states=(dataclasses.replace(export.states[0], version=top),),
+    )
+    for bad, what in (
+        (dataclasses.replace(export, tool_executions=(call,)), "attempts"),
+        (at_the_top, "version"),
+    ):
+        with pytest.raises(ConfigError, match=what):
+            await cp.aimport_thread(bad, on_conflict="replace")
+    assert await cp.aexport_thread(cfg()) == export  # nothing was written

@@ -78,6 +78,7 @@ async def test_statements_per_operation(name: str, tmp_path: Path) -> None:
 async def statements_per_operation(name: str, repo: CheckpointRepository) -> None:
     config = cfg("t", "u")
     sqlite = name == "sqlite"
+    await repo.astore_id()  # read once per process, at first use: not part of a write
     with sql_statements(repo) as first:
         await repo.aput_checkpoint(config, {"n": 0}, [{"id": "m0"}])
     # SQLite: the one-step write finds no thread (BEGIN IMMEDIATE, lock, ROLLBACK), then

@@ -294,3 +294,13 @@ async def test_a_schema_from_a_newer_release_says_so(database: Any) -> None:
         await newer.aclose()
     finally:
         await repo.aclose()
+
+
+async def test_other_id_types_without_setup_are_a_config_error(database: Any) -> None:
+    """A worker that never migrates still learns of the mismatch, as a typed error."""
+    url, schema = database
+    async with tenxstore.CheckpointRepository(url, schema=schema) as repo:
+        await repo.asetup()
+    async with tenxstore.CheckpointRepository(url, schema=schema, id_type="int") as other:
+        with pytest.raises(tenxstore.ConfigError, match="id_type='string'"):
+            await other.aget_state({"thread_id": 5, "user_id": "a"})
