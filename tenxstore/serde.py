@@ -26,6 +26,7 @@ from enum import Enum
 from typing import Any
 from uuid import UUID
 
+import msgspec
 import orjson
 
 from .errors import SerializationError
@@ -151,13 +152,32 @@ def encode(value: Any, what: str = "value", *, sort_keys: bool = False) -> str:
     return out.decode()
 
 
+_PACK = msgspec.msgpack.Encoder()
+_FLOAT64 = b"\xcb"  # msgpack's float64 marker, then the 8 bytes big-endian
+
+
 def _has_nonfinite(value: Any) -> bool:
     """Whether a value orjson accepted holds a NaN or an infinity.
 
-    orjson has checked everything else (types, keys, Unicode, depth), so this only
-    visits containers and floats: about 4x orjson's own time on a state full of
-    ``null``s, where a full validating walk costs 15x.
+    msgpack writes every float as its 8 bytes, and a non-finite one starts with an
+    exponent of all ones (``7f f?`` or ``ff f?``): C code finds the candidates (about
+    1.7x orjson's own time on a 5 KB state), and only a candidate — a non-finite float,
+    or those bytes by chance in a length or an int — costs the exact walk.
     """
+    try:
+        packed = _PACK.encode(value)
+    except (TypeError, ValueError, OverflowError):  # not msgpack: look at every value
+        return _walk_nonfinite(value)
+    at = packed.find(_FLOAT64)
+    while at >= 0:
+        if packed[at + 1 : at + 2] in (b"\x7f", b"\xff") and packed[at + 2 : at + 3] >= b"\xf0":
+            return _walk_nonfinite(value)
+        at = packed.find(_FLOAT64, at + 1)
+    return False
+
+
+def _walk_nonfinite(value: Any) -> bool:
+    """The exact answer, by visiting every container and float."""
     if not isinstance(value, (dict, list, tuple)):
         return isinstance(value, float) and value - value != 0.0
     stack = [value]
