@@ -52,3 +52,32 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
         assert heading in text
     assert "langgraph" in text
     assert (tmp_path / "benchmark-latency.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_floors_smoke(tmp_path: Path) -> None:
+    """The floors benchmark runs end to end on a tiny workload (numbers not checked)."""
+    pytest.importorskip("matplotlib", reason="the bench extra is not installed")
+    out = tmp_path / "floors.md"
+    env = {
+        **os.environ,
+        "TENXSTORE_BENCH_PG_URL": services.pg_url(),
+        "TENXSTORE_BENCH_REDIS_URL": services.redis_url(),
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "floors.py"),
+            *("--turns", "12", "--runs", "1", "--tp-turns", "3", "--tp-sizes", "1,4"),
+            *("--out", str(out)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = out.read_text()
+    for heading in ("## Ratios", "## Statements and round trips", "## Throughput", "## HOT"):
+        assert heading in text
+    assert (tmp_path / "benchmark-floors.png").stat().st_size > 1000

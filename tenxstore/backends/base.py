@@ -143,6 +143,12 @@ class Borrowed:
     idle (the pool's size), the rest return to the pool. The pool still owns every
     one: its limits bound them, and they go back to it at the loop's shutdown, at
     ``aclose()``, and after :data:`HOLD_SECONDS` (so the pool can recycle them).
+
+    Nobody waits for the pool while a connection idles here: every checkout (a hot
+    call's, and SQLAlchemy's through :meth:`checkout`) counts itself as waiting, a
+    connection given back while anyone waits goes to the pool (which serves its
+    waiters in turn), and a SQLAlchemy checkout that finds the pool empty first
+    returns an idle connection to it.
     """
 
     HOLD_SECONDS = 300.0
@@ -152,6 +158,7 @@ class Borrowed:
         pool = engine.sync_engine.pool
         self.capacity = pool.size() if isinstance(pool, QueuePool) else 0
         self._idle: list[tuple[Any, float]] = []
+        self._waiting = 0  # checkouts waiting for the pool (hot and SQLAlchemy's)
 
     async def take(self) -> tuple[Any, float]:
         """A pooled connection (its driver connection is ``.driver_connection``) and the
@@ -165,7 +172,11 @@ class Borrowed:
                 await greenlet_spawn(fairy.close)
             else:
                 return fairy, since
-        fairy = await self.engine.raw_connection()
+        self._waiting += 1
+        try:
+            fairy = await self.engine.raw_connection()
+        finally:
+            self._waiting -= 1
         driver: Any = fairy.driver_connection
         if driver.is_in_transaction():  # pragma: no cover - a bug
             self.discard(fairy)
@@ -173,11 +184,25 @@ class Borrowed:
         return fairy, now
 
     async def give(self, fairy: Any, since: float) -> None:
-        """Back after a call that left it healthy."""
-        if len(self._idle) < self.capacity:
+        """Back after a call that left it healthy: idle, or to the pool when a
+        checkout waits for one (or enough are idle)."""
+        if not self._waiting and len(self._idle) < self.capacity:
             self._idle.append((fairy, since))
         else:
             await greenlet_spawn(fairy.close)
+
+    @asynccontextmanager
+    async def checkout(self) -> AsyncIterator[None]:
+        """Around a SQLAlchemy checkout: an empty pool first gets an idle connection
+        back, and while the checkout waits, connections given back go to the pool."""
+        self._waiting += 1
+        try:
+            if self._idle and not self.engine.sync_engine.pool.checkedin():  # type: ignore[attr-defined]
+                fairy, _ = self._idle.pop(0)  # the oldest: the newest stay warm
+                await greenlet_spawn(fairy.close)
+            yield
+        finally:
+            self._waiting -= 1
 
     async def settle(self, fairy: Any, since: float) -> None:
         """After a cancelled statement: the driver cancels it on the server, and the
@@ -456,7 +481,8 @@ class Backend(ABC):
         for attempt in (1, 2):
             conn = (engines.read if read else engines.engine).connect()
             try:
-                await conn.start()
+                async with engines.borrowed.checkout():
+                    await conn.start()
                 break
             except (DBAPIError, OSError, asyncio.TimeoutError) as exc:
                 failure = self.opening_failed(exc)

@@ -269,3 +269,37 @@ async def test_an_unusable_database_is_named_and_explained(url: str, why: str) -
         assert not health.ok and health.database_error is not None and why in health.database_error
     finally:
         await repo.aclose()
+
+
+async def test_connections_kept_for_hot_calls_never_starve_the_pool(
+    pg_url: str, pg_schema: str
+) -> None:
+    """Hot calls keep connections between calls; a checkout that waits for the pool
+    (a hot call's, or SQLAlchemy's) still gets one, on a pool with no overflow."""
+    repo = CheckpointRepository(
+        pg_url,
+        schema=pg_schema,
+        engine_options={"pool_size": 2, "max_overflow": 0, "pool_timeout": 10},
+    )
+    try:
+        await repo.asetup()
+        configs = [cfg(f"t{i}") for i in range(16)]
+        for config in configs:
+            await repo.aput_state(config, {"n": 0})
+        # Two hot writes at once: both connections now idle, kept for the next hot call.
+        await asyncio.gather(*(repo.aput_state(c, {"n": 1}) for c in configs[:2]))
+        assert len(await repo.alist_threads(cfg())) == 16  # SQLAlchemy's own checkout
+
+        async def conversation(config: dict[str, Any], n: int) -> None:
+            for turn in range(2, 6):
+                assert await repo.aget_state(config) == {"n": turn - 1 if n < 2 or turn > 2 else 0}
+                await repo.aput_state(config, {"n": turn})
+                await repo.aget_messages(config)  # SQLAlchemy's checkout among hot ones
+
+        await asyncio.wait_for(
+            asyncio.gather(*(conversation(c, i) for i, c in enumerate(configs))), 60
+        )
+        for config in configs:
+            assert await repo.aget_state(dict(config)) == {"n": 5}
+    finally:
+        await repo.aclose()
