@@ -44,7 +44,8 @@ class StaleStateError(TenxStoreError):
             since the run read it: its versions are a new life's, whatever they are.
 
     For LangGraph checkpoints (:mod:`tenxstore.langgraph`) the two are checkpoint ids:
-    the parent the writer started from, and the namespace's newest checkpoint.
+    the head the run saw when it read (or the parent it wrote from), and the
+    namespace's newest checkpoint.
     """
 
     def __init__(
@@ -54,11 +55,18 @@ class StaleStateError(TenxStoreError):
         actual_version: int | str,
         replaced: bool = False,
     ) -> None:
+        checkpoints = isinstance(expected_version, str) or isinstance(actual_version, str)
         if replaced:
             message = (
                 f"thread {thread_id!r} was deleted or replaced after this run read it at "
-                f"version {expected_version}; it is now another thread at version "
-                f"{actual_version}: re-read before writing"
+                f"{'checkpoint' if checkpoints else 'version'} {expected_version}; it is "
+                f"now another thread: re-read before writing"
+            )
+        elif checkpoints:
+            message = (
+                f"thread {thread_id!r}: another run committed checkpoint {actual_version} "
+                f"after this run read the thread at {expected_version}; two runs from one "
+                "head cannot both commit: read the state again (get_state) and run again"
             )
         else:
             message = (
@@ -176,26 +184,48 @@ class ToolExecutionClaimLost(TenxStoreError):
     """An outcome arrived from a claim that is no longer the call's live claim.
 
     The worker's lease expired and another worker took the call over (or the call
-    was claimed again after a failure). The outcome changed nothing; a late success
-    is still recorded when no success exists and no live claim would be overwritten.
+    was claimed again after a failure), or the thread was deleted or replaced since
+    the claim (``replaced``: the call now belongs to another life of the thread). The
+    outcome changed nothing; a late success is still recorded when no success exists
+    and no live claim would be overwritten.
 
     Attributes:
         thread_id: The thread.
         tool_call_id: The call.
         attempt: The claim the outcome came from.
         current_attempt: The call's claim now.
+        replaced: The claim belonged to a life of the thread that is gone.
     """
 
-    def __init__(self, thread_id: Any, tool_call_id: str, attempt: int, current_attempt: int):
+    def __init__(
+        self,
+        thread_id: Any,
+        tool_call_id: str,
+        attempt: int,
+        current_attempt: int,
+        replaced: bool = False,
+    ):
+        why = (
+            "the thread was deleted or replaced since that claim"
+            if replaced
+            else f"the call is at attempt {current_attempt}"
+        )
         super().__init__(
             f"tool call {tool_call_id!r} of thread {thread_id!r}: attempt {attempt} lost its "
-            f"claim (the call is at attempt {current_attempt}); its outcome was not recorded"
+            f"claim ({why}); its outcome was not recorded"
         )
         self.thread_id = thread_id
         self.tool_call_id = tool_call_id
         self.attempt = attempt
         self.current_attempt = current_attempt
+        self.replaced = replaced
 
     def __reduce__(self) -> tuple[Any, ...]:
-        args = (self.thread_id, self.tool_call_id, self.attempt, self.current_attempt)
+        args = (
+            self.thread_id,
+            self.tool_call_id,
+            self.attempt,
+            self.current_attempt,
+            self.replaced,
+        )
         return (type(self), args)

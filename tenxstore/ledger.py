@@ -30,7 +30,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .config import RunIds
+from .config import RunIds, recorded_incarnation
 from .errors import (
     ConfigError,
     SerializationError,
@@ -76,13 +76,14 @@ async def _to_the_end(work: Awaitable[T]) -> tuple[T, bool]:
 
 
 _ClaimKey = tuple[int, Any, str]  # (the store, thread_id, tool_call_id)
-_CLAIMS: contextvars.ContextVar[Mapping[_ClaimKey, int]] = contextvars.ContextVar(
+Claim = tuple[int | None, int | None]  # (the thread's incarnation, attempts)
+_CLAIMS: contextvars.ContextVar[Mapping[_ClaimKey, Claim]] = contextvars.ContextVar(
     "tenxstore_tool_claims", default=MappingProxyType({})
 )
 """The claims this context took: a task's own, copied into the tasks it starts."""
 
 
-def _took(key: _ClaimKey, attempt: int | None) -> None:
+def _took(key: _ClaimKey, attempt: Claim | None) -> None:
     """Remember (or, with None, forget) the claim this context holds; copy on write, so
     a task never changes what another task's context holds."""
     claims = dict(_CLAIMS.get())
@@ -112,6 +113,15 @@ class ToolLedger:
     async def abegin_tool_execution(
         self, config: dict[str, Any], tool_call_id: str, tool_name: str, args: dict[str, Any]
     ) -> ToolExecution:
+        """Claim a tool call (see :meth:`_begin`)."""
+        record, claim = await self._begin(config, tool_call_id, tool_name, args)
+        if claim is not None:
+            _took(self._key(self._store.ids(config), record.tool_call_id), claim)
+        return record
+
+    async def _begin(
+        self, config: dict[str, Any], tool_call_id: str, tool_name: str, args: dict[str, Any]
+    ) -> tuple[ToolExecution, Claim | None]:
         """Claim a tool call.
 
         Of many workers racing on one call exactly one gets ``status="started"``. A call
@@ -135,7 +145,7 @@ class ToolLedger:
         canonical = encode(args, "args", sort_keys=True)
         x = store.tables.tool_executions
         async with store.write(ids.thread_id) as (conn, locked):
-            await store.claim_thread(conn, ids, locked, store.now())
+            life = (await store.claim_thread(conn, ids, locked, store.now())).incarnation
             clock = await store.backend.clock(conn)
             row = await self._call_row(conn, ids, call_id)
             claim = {
@@ -158,8 +168,7 @@ class ToolLedger:
                     )
                 )
                 row = await self._call_row(conn, ids, call_id)
-                _took(self._key(ids, call_id), 1)
-                return tool_execution(ids.thread_id, row)
+                return tool_execution(ids.thread_id, row), (life, 1)
             stored = decode(row.args)
             if row.tool_name != tool_name or encode(stored, sort_keys=True) != canonical:
                 raise ToolExecutionMismatch(
@@ -167,7 +176,7 @@ class ToolLedger:
                     f"{row.tool_name!r} with {stored!r}, not {tool_name!r} with {args!r}"
                 )
             if row.status == "succeeded":
-                return tool_execution(ids.thread_id, row)
+                return tool_execution(ids.thread_id, row), None
             if _live(row, clock):
                 raise ToolExecutionInProgress(ids.thread_id, call_id, utc(row.lease_expires_at))
             row = (
@@ -178,17 +187,23 @@ class ToolLedger:
                     .returning(*x.c)
                 )
             ).one()
-        _took(self._key(ids, call_id), row.attempts)
-        return tool_execution(ids.thread_id, row)
+        return tool_execution(ids.thread_id, row), (life, row.attempts)
 
     def _key(self, ids: RunIds, call_id: str) -> _ClaimKey:
         return (id(self._store), ids.thread_id, call_id)
 
-    def _token(self, ids: RunIds, call_id: str, attempt: int | None) -> int | None:
-        """The claim an outcome comes from: ``attempt``, else this context's claim."""
+    def _token(
+        self, config: dict[str, Any], ids: RunIds, call_id: str, attempt: int | None
+    ) -> Claim:
+        """The claim an outcome comes from: ``attempt``, else this context's claim; and
+        the life of the thread it was made in (this context's claim's, else the one
+        the run recorded when it read or wrote the thread), when known."""
+        life, taken = _CLAIMS.get().get(self._key(ids, call_id), (None, None))
+        if life is None:
+            life = recorded_incarnation(config)
         if attempt is not None:
-            return check_count("attempt", attempt)
-        return _CLAIMS.get().get(self._key(ids, call_id))
+            return life, check_count("attempt", attempt)
+        return life, taken
 
     async def acomplete_tool_execution(
         self, config: dict[str, Any], tool_call_id: str, result: Any, *, attempt: int | None = None
@@ -209,7 +224,7 @@ class ToolLedger:
         """
         ids = self._store.ids(config)
         call_id = check_id("tool_call_id", tool_call_id)
-        token = self._token(ids, call_id, attempt)
+        token = self._token(config, ids, call_id, attempt)
         result_text = encode(result, "result")
         return await self._finish(ids, call_id, "succeeded", result_text, None, token)
 
@@ -238,7 +253,7 @@ class ToolLedger:
             error = f"{type(error).__name__}: {error}"
         if not isinstance(error, str):
             raise ConfigError(f"error must be a str or an exception, not {type(error).__name__}")
-        token = self._token(ids, call_id, attempt)
+        token = self._token(config, ids, call_id, attempt)
         return await self._finish(ids, call_id, "failed", None, encode(error, "error"), token)
 
     async def _finish(
@@ -248,9 +263,11 @@ class ToolLedger:
         status: ToolStatus,
         result: str | None,
         error: str | None,
-        attempt: int | None,
+        claim: Claim,
     ) -> ToolExecution:
-        """Record an outcome under the thread's lock, if its claim may still record one."""
+        """Record an outcome under the thread's lock, if its claim may still record one
+        (``claim``: the thread's life and the attempt it was made in, when known)."""
+        life, attempt = claim
         store = self._store
         x = store.tables.tool_executions
         async with store.write(ids.thread_id) as (conn, locked):
@@ -264,6 +281,10 @@ class ToolLedger:
                 )
             if row.status == "succeeded":
                 return tool_execution(ids.thread_id, row)  # the first success wins
+            if life is not None and locked.incarnation != life:  # a claim of a life gone
+                raise ToolExecutionClaimLost(
+                    ids.thread_id, call_id, attempt or 0, row.attempts, replaced=True
+                )
             clock = await store.backend.clock(conn)
             # A late outcome (its claim's lease expired and the call was claimed again):
             # only a success may still land, and never over a live claim.
@@ -330,15 +351,15 @@ class ToolLedger:
             raise TypeError(f"fn must be callable, not {type(fn).__name__}")
         ids = self._store.ids(config)
         call_id = check_id("tool_call_id", tool_call_id)
-        claiming = self.abegin_tool_execution(config, tool_call_id, tool_name, args)
-        record, cancelled = await _to_the_end(claiming)
+        claiming = self._begin(config, tool_call_id, tool_name, args)
+        (record, claim), cancelled = await _to_the_end(claiming)
         if record.status == "succeeded":
             if record.result is None and record.error is not None:
                 raise SerializationError(f"tool call {call_id!r} ran, but {record.error}")
             if cancelled:
                 raise asyncio.CancelledError
             return record.result
-        attempt = record.attempts
+        attempt: Claim = claim or (None, record.attempts)
         if cancelled:  # cancelled while claiming: give the claim back at once
             await self._record(ids, call_id, "failed", None, "cancelled before it ran", attempt)
             raise asyncio.CancelledError
@@ -376,7 +397,7 @@ class ToolLedger:
         status: ToolStatus,
         result: str | None,
         error: str,
-        attempt: int,
+        attempt: Claim,
     ) -> bool:
         """Record an outcome of :meth:`arun_tool_once` to the end, whatever happens to
         the caller; whether a cancellation arrived meanwhile. A failure to record is

@@ -13,6 +13,7 @@ do, in ``loop.shutdown_asyncgens()``), while it can still run the closing awaits
 from __future__ import annotations
 
 import asyncio
+import atexit
 import socket
 import threading
 import weakref
@@ -21,13 +22,23 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-__all__ = ["CrossLoopLock", "PerLoop", "shut_down"]
+__all__ = ["BackgroundLoop", "CrossLoopLock", "PerLoop", "shut_down"]
 
 T = TypeVar("T")
 
 
+_KEEPERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[AsyncGenerator[None, None]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Every loop's keepers, held strongly while the loop lives: a resource whose owner was
+dropped without ``aclose()`` is still closed at its loop's shutdown, never torn apart by
+the garbage collector first (its connections would then fail to close)."""
+_BACKGROUND: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+"""The loops of :class:`BackgroundLoop`: tenxstore's own, closed from outside at aclose()."""
+
+
 class PerLoop(Generic[T]):
-    """A resource for each event loop that uses it.
+    """A resource for each event loop that uses it, whichever thread runs the loop.
 
     Args:
         first: The resource made at construction; the first loop (and every later one
@@ -41,6 +52,9 @@ class PerLoop(Generic[T]):
             (``first`` made usable again, or a new resource).
         foreign: Called with ``first`` when a caller-owned resource is asked for on a
             loop other than its own (the old loop, or None); may raise.
+
+    A resource stays bound to its loop until its close has completed, so a loop in
+    another thread never gets one that is still being closed (it gets a new one).
     """
 
     def __init__(
@@ -61,6 +75,7 @@ class PerLoop(Generic[T]):
         self._keepers: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, AsyncGenerator[None, None]
         ] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()  # loops in several threads bind at once
 
     def current(self) -> T:
         """The resource of the running loop, else ``first``."""
@@ -72,7 +87,9 @@ class PerLoop(Generic[T]):
 
     def all(self) -> list[T]:
         """Every resource in use, ``first`` included."""
-        return [self.first, *(r for r in self._bound.values() if r is not self.first)]
+        with self._lock:
+            bound = list(self._bound.values())
+        return [self.first, *(r for r in bound if r is not self.first)]
 
     async def get(self) -> T:
         """The resource of the running loop, bound to it on first use."""
@@ -80,25 +97,30 @@ class PerLoop(Generic[T]):
         found = self._bound.get(loop)
         if found is not None:
             return found
-        owner = self._first_loop() if self._first_loop is not None else None
-        if owner is None or owner.is_closed() or owner not in self._bound:
-            if owner is not None and owner.is_closed() and self._reset is not None:
-                self.first = self._reset(self.first)  # its loop ended without shutting down
-            if self._foreign is not None and owner is not None:
-                self._foreign(self.first, owner)
-            resource = self.first
-            self._first_loop = weakref.ref(loop)
-        elif self._make is not None:
-            resource = self._make()
-        else:
-            if self._foreign is not None:
-                self._foreign(self.first, owner)
-            return self.first
-        self._bound[loop] = resource
+        with self._lock:
+            found = self._bound.get(loop)
+            if found is not None:
+                return found
+            owner = self._first_loop() if self._first_loop is not None else None
+            if owner is None or owner.is_closed() or owner not in self._bound:
+                if owner is not None and owner.is_closed() and self._reset is not None:
+                    self.first = self._reset(self.first)  # its loop ended without shutting down
+                if self._foreign is not None and owner is not None:
+                    self._foreign(self.first, owner)
+                resource = self.first
+                self._first_loop = weakref.ref(loop)
+            elif self._make is not None:
+                resource = self._make()
+            else:
+                if self._foreign is not None:
+                    self._foreign(self.first, owner)
+                return self.first
+            self._bound[loop] = resource
         if self._close is not None:
             keeper = self._keep(loop, resource)
             await keeper.__anext__()  # the loop now closes it as it shuts down
             self._keepers[loop] = keeper
+            _KEEPERS.setdefault(loop, set()).add(keeper)
         return resource
 
     async def _keep(
@@ -107,21 +129,39 @@ class PerLoop(Generic[T]):
         try:
             yield
         finally:
-            self._bound.pop(loop, None)
-            self._keepers.pop(loop, None)
-            assert self._close is not None
-            await self._close(resource)
+            try:
+                assert self._close is not None
+                await self._close(resource)
+            finally:
+                with self._lock:  # only now may another loop have it
+                    if self._bound.get(loop) is resource:
+                        del self._bound[loop]
+                    self._keepers.pop(loop, None)
+
+    async def _release(self, loop: asyncio.AbstractEventLoop) -> T | None:
+        """Close what ``loop`` holds (from that loop): its resource, or None."""
+        resource = self._bound.get(loop)
+        keeper = self._keepers.get(loop)
+        if keeper is not None:
+            _KEEPERS.get(loop, set()).discard(keeper)
+            await keeper.aclose()
+        elif resource is not None:
+            with self._lock:
+                self._bound.pop(loop, None)
+            if self._close is not None:
+                await self._close(resource)
+        return resource
 
     async def aclose_current(self) -> None:
-        """Close the running loop's resource now, and ``first`` when no other live loop
-        uses it (it may have been used without binding: :meth:`current`)."""
+        """Close the running loop's resource now, those of tenxstore's own background
+        loop (:class:`BackgroundLoop`), and ``first`` when no other live loop uses it
+        (it may have been used without binding: :meth:`current`)."""
         loop = asyncio.get_running_loop()
-        resource = self._bound.pop(loop, None)
-        keeper = self._keepers.pop(loop, None)
-        if keeper is not None:
-            await keeper.aclose()
-        elif resource is not None and self._close is not None:
-            await self._close(resource)
+        resource = await self._release(loop)
+        for other in [o for o in list(self._bound) if o in _BACKGROUND and o is not loop]:
+            if other.is_running():
+                done = asyncio.run_coroutine_threadsafe(self._release(other), other)
+                await asyncio.wrap_future(done)
         owner = self._first_loop() if self._first_loop is not None else None
         elsewhere = owner is not None and owner is not loop and owner in self._bound
         if resource is not self.first and not elsewhere and self._close is not None:
@@ -209,3 +249,72 @@ def _wake(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
     # a waiter cancelled meanwhile sees it was handed the lock, and passes it on
+
+
+class BackgroundLoop:
+    """An event loop in a daemon thread, for synchronous callers (LangGraph's sync
+    API): every call runs there, so the resources bound to that loop (pooled
+    connections) serve every sync call of the process. Started at the first call;
+    at interpreter exit the loop shuts down properly (its resources are closed).
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._start = threading.Lock()
+        self._registered = False
+
+    def run(self, work: Awaitable[T], what: str) -> T:
+        """Run ``work`` on the background loop and wait for its result.
+
+        Raises:
+            RuntimeError: Called from a thread whose event loop is running: waiting here
+                would block that loop (``what`` names the async method to use instead).
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            if asyncio.iscoroutine(work):
+                work.close()
+            raise RuntimeError(
+                f"a synchronous call from inside a running event loop would block it: use "
+                f"{what} (await it), or make the sync call from a worker thread "
+                "(await asyncio.to_thread(...))"
+            )
+        future = asyncio.run_coroutine_threadsafe(_awaited(work), self._running())
+        return future.result()
+
+    def _running(self) -> asyncio.AbstractEventLoop:
+        with self._start:
+            if self._loop is None or self._thread is None or not self._thread.is_alive():
+                loop = asyncio.new_event_loop()
+                _BACKGROUND.add(loop)
+                thread = threading.Thread(target=loop.run_forever, name=self.name, daemon=True)
+                thread.start()
+                self._loop, self._thread = loop, thread
+                if not self._registered:
+                    atexit.register(self.close)
+                    self._registered = True
+            return self._loop
+
+    def close(self) -> None:
+        """Stop the loop and shut it down (its async generators close the resources
+        bound to it); a later call starts another."""
+        with self._start:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+
+async def _awaited(work: Awaitable[T]) -> T:
+    return await work

@@ -159,6 +159,7 @@ class Borrowed:
         self.capacity = pool.size() if isinstance(pool, QueuePool) else 0
         self._idle: list[tuple[Any, float]] = []
         self._waiting = 0  # checkouts waiting for the pool (hot and SQLAlchemy's)
+        self._giving: set[asyncio.Task[None]] = set()
 
     async def take(self) -> tuple[Any, float]:
         """A pooled connection (its driver connection is ``.driver_connection``) and the
@@ -190,6 +191,12 @@ class Borrowed:
             self._idle.append((fairy, since))
         else:
             await greenlet_spawn(fairy.close)
+
+    def give_later(self, fairy: Any, since: float) -> None:
+        """:meth:`give`, from a caller that may not await (it is being cancelled)."""
+        task = asyncio.ensure_future(self.give(fairy, since))
+        self._giving.add(task)
+        task.add_done_callback(self._giving.discard)
 
     @asynccontextmanager
     async def checkout(self) -> AsyncIterator[None]:

@@ -246,7 +246,11 @@ class PostgresBackend(Backend):
         messages and prune, all from the row it returned: when it matches nothing,
         nothing is written. A lost connection raises ConnectionLost(committed=None):
         the statement may have committed."""
-        if not self.driver_hot_path:
+        if not self.driver_hot_path or write.expected is None:
+            # A write on top of whatever is there takes the locked path: its prune must
+            # see the states a writer it waited for committed (one statement's snapshot
+            # predates the lock wait; a compare-and-swap write never waits on a commit
+            # it would not fail on).
             return None
         key = (write.user_id is not None, write.expected is not None, write.incarnation is not None)
         stmt = self._writes[key]
@@ -266,32 +270,48 @@ class PostgresBackend(Backend):
                 "b_payloads": [m["payload"] for m in messages],
             }
         )
+        server: list[int] = []  # the backend that ran it, to end it if the link breaks
         try:
-            row = await self._hot(stmt.sql, args, idempotent=False, fresh=True)
+            row = await self._hot(stmt.sql, args, idempotent=False, fresh=True, server=server)
         except ConnectionLost:
-            if write.expected is None:
-                raise  # a write on top of whatever is there: its outcome cannot be told
-            return await self._after_a_lost_write(write)
+            return await self._after_a_lost_write(write, server)
         return None if row is None else Head(row[0], row[1], row[2], None)
 
-    async def _after_a_lost_write(self, write: HeadWrite) -> Head | None:
+    async def _after_a_lost_write(self, write: HeadWrite, server: list[int]) -> Head | None:
         """The connection broke while the write was in flight (a server that dropped an
-        idle connection, a restart): look, on a fresh connection, at what it did.
+        idle connection, a restart, a broken link): look, on a fresh connection, at
+        what it did.
 
-        Applied (its state is the next version, its messages are there): it committed,
-        and the call succeeds. Not applied and nothing moved: ConnectionLost with
-        ``committed=False`` (never replayed: the caller decides). Anything else:
-        another write came first, and the locked path reports it (StaleStateError).
+        First the backend that ran it is ended and gone (the server may not have
+        noticed the broken link: a statement waiting for the row lock would commit
+        later); if that cannot be made sure of, the outcome is unknown
+        (``committed=None``). Then: applied (its state is the next version, its
+        messages are there): it committed, and the call succeeds. Not applied and
+        nothing moved: ConnectionLost with ``committed=False`` (never replayed: the
+        caller decides). Anything else: another write came first, and the locked
+        path reports it (StaleStateError).
         """
         expected = write.expected
         assert expected is not None
+        unknown = ConnectionLost(
+            "the connection was lost while the write ran, and what it did cannot be told: "
+            "it may have been applied; re-read the thread before writing again",
+            committed=None,
+        )
         values = {
             "b_thread": write.thread_id,
             "b_expected": expected,
             "b_state": write.state,
             "b_ids": [m["message_id"] for m in write.messages],
         }
-        seen = await self._hot(self._verify.sql, self._verify.args(values), idempotent=True)
+        try:
+            if not server or not await self._ended(server[0]):
+                raise unknown  # the server may still run it, and commit it later
+            seen = await self._hot(self._verify.sql, self._verify.args(values), idempotent=True)
+        except Exception as exc:  # the look itself failed: the outcome is unknown
+            if exc is unknown:
+                raise
+            raise unknown from exc
         if seen is None:
             return None  # the thread is gone
         version, incarnation, owner, applied = seen
@@ -306,15 +326,36 @@ class PostgresBackend(Backend):
             )
         return None
 
+    async def _ended(self, pid: int) -> bool:
+        """End a server backend and make sure it is gone (PostgreSQL 14+ waits for it)."""
+        try:
+            await self._hot("SELECT pg_terminate_backend($1, 5000)", (pid,), idempotent=True)
+            gone = await self._hot(
+                "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)",
+                (pid,),
+                idempotent=True,
+            )
+        except Exception:
+            return False
+        return bool(gone[0])
+
     async def _hot(
-        self, sql: str, args: tuple[Any, ...], *, idempotent: bool, fresh: bool = False
+        self,
+        sql: str,
+        args: tuple[Any, ...],
+        *,
+        idempotent: bool,
+        fresh: bool = False,
+        server: list[int] | None = None,
     ) -> Any:
         """Run one statement on a borrowed asyncpg connection; its first row.
 
         A statement the driver refused to send (its connection was found closed) is
         sent again on a fresh connection; a read also when the connection broke
-        mid-statement. A cancelled statement is cancelled on the server by asyncpg
-        (so it cannot commit later); a broken connection is discarded.
+        mid-statement. A cancelled statement is cancelled on the server by asyncpg,
+        and the call waits until it has, however often it is cancelled meanwhile, so
+        it cannot commit after the call has ended; a broken connection is discarded.
+        ``server`` receives the backend process id that ran the statement.
         """
         engines = await self._engines.get()
         borrowed = engines.borrowed
@@ -326,23 +367,29 @@ class PostgresBackend(Backend):
                 if attempt == 1 and isinstance(failure, ConnectionLost):
                     continue  # it broke while being set up: nothing was sent
                 raise failure from exc
-            if fresh and fairy.driver_connection.is_closed() is False:
+            driver = fairy.driver_connection
+            if fresh and driver.is_closed() is False:
                 # A write is never sent twice: let the loop take in what the server
                 # said while the connection sat idle (a restart, a killed backend).
-                await asyncio.sleep(0)
-                if fairy.driver_connection.is_closed():
+                try:
+                    await asyncio.sleep(0)
+                except asyncio.CancelledError:  # nothing was sent: the connection is fine
+                    borrowed.give_later(fairy, since)
+                    raise
+                if driver.is_closed():
                     borrowed.discard(fairy)
                     await borrowed.after_disconnect()
                     continue
+            if server is not None:
+                server[:] = [driver.get_server_pid()]
             self._sent(sql)
             try:
-                row = await fairy.driver_connection.fetchrow(sql, *args)
+                row = await driver.fetchrow(sql, *args)
             except asyncio.CancelledError:
-                # asyncpg cancels the statement on the server: wait until it has (even if
-                # cancelled again), so it cannot commit after this call has ended.
                 settled = asyncio.ensure_future(borrowed.settle(fairy, since))
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(settled)
+                while not settled.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.shield(settled)
                 raise
             except Exception as exc:
                 unsent, lost = _unsent(exc), _lost(exc)

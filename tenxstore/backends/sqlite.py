@@ -16,9 +16,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import sqlite3
+import threading
+import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -97,22 +101,47 @@ async def _file_identity(conn: AsyncConnection) -> str:
     return f"{found.st_dev}:{found.st_ino}"
 
 
+class _Ticket:
+    """One write in a worker thread, and the way to stop it: a cancelled caller sets
+    ``cancelled`` and interrupts the connection, so the write rolls back instead of
+    committing after the call has ended."""
+
+    __slots__ = ("cancelled", "connection")
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self.connection: Any = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.connection is not None:
+            self.connection.interrupt()  # a statement waiting for the lock stops now
+
+
 class HotPath:
     """The head read and the common state write of a SQLite file, each in ONE thread
     hop: compiled statements run on a pysqlite connection from a synchronous
-    SQLAlchemy pool of the same file, in a small thread pool (aiosqlite would make a
-    hop of every cursor, execute, fetch and close: 21 for a write)."""
+    SQLAlchemy pool of the same file, in small thread pools (aiosqlite would make a
+    hop of every cursor, execute, fetch and close: 21 for a write). Reads have threads
+    of their own, so writers waiting for another process's lock never hold them up;
+    the pools are made again after :meth:`close`."""
 
     WORKERS = 4
+    READERS = 2
+    SLICE = 0.05
+    """Seconds SQLite itself waits for the write lock at a time: between slices a
+    writer sees whether its caller is gone (SQLite's busy wait cannot be interrupted)."""
 
     def __init__(self, url: URL, lock_timeout: float | None, sql: Any, sent: Any) -> None:
+        self.lock_timeout = lock_timeout
         self.engine = create_engine(
             url.set(drivername="sqlite+pysqlite"),
-            connect_args={"check_same_thread": False, "timeout": timeout_ms(lock_timeout) / 1000},
-            pool_size=self.WORKERS,
+            connect_args={"check_same_thread": False, "timeout": self.SLICE},
+            pool_size=self.WORKERS + self.READERS,
         )
-        _set_pragmas_on_connect(self.engine, lock_timeout)
-        self.executor = ThreadPoolExecutor(self.WORKERS, thread_name_prefix="tenxstore-sqlite")
+        _set_pragmas_on_connect(self.engine, self.SLICE)
+        self._pools: dict[str, ThreadPoolExecutor] = {}
+        self._pools_lock = threading.Lock()
         self._sent = sent
         dialect = self.engine.dialect
         t, s, m = sql.tables.threads, sql.tables.states, sql.tables.messages
@@ -146,44 +175,113 @@ class HotPath:
         self.bump = DriverStatement(sql.bump, dialect)
         self.prune = DriverStatement(sql.prune, dialect)
 
-    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run ``fn(*args)`` in the pool: one hop."""
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+    def _pool(self, kind: str) -> ThreadPoolExecutor:
+        with self._pools_lock:
+            pool = self._pools.get(kind)
+            if pool is None:
+                size = self.READERS if kind == "read" else self.WORKERS
+                pool = ThreadPoolExecutor(size, thread_name_prefix=f"tenxstore-sqlite-{kind}")
+                self._pools[kind] = pool
+            return pool
+
+    async def read_in_thread(self, thread_id: Any, user_id: Any) -> Head | None:
+        """:meth:`read` in a reader thread: one hop."""
+        loop = asyncio.get_running_loop()
+        head: Head | None = await loop.run_in_executor(
+            self._pool("read"), self.read, thread_id, user_id
+        )
+        return head
+
+    async def commit_in_thread(self, write: HeadWrite) -> Head | None:
+        """:meth:`commit` in a writer thread: one hop. A cancelled caller stops the
+        write (it rolls back unless it had committed already) and waits for the
+        thread to finish, so nothing commits after the call has ended."""
+        ticket = _Ticket()
+        done = asyncio.get_running_loop().run_in_executor(
+            self._pool("write"), self.commit, write, ticket
+        )
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            ticket.cancel()
+            while not done.done():
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(done)
+            raise
 
     def _execute(self, cursor: Any, stmt: DriverStatement, values: dict[str, Any]) -> Any:
         self._sent(stmt.sql)
         return cursor.execute(stmt.sql, stmt.args(values))
 
     def read(self, thread_id: Any, user_id: Any) -> Head | None:
-        connection = self.engine.raw_connection()
-        try:
-            cursor = connection.cursor()
-            values = {"b_thread": thread_id, "b_user": user_id}
-            stmt = self.read_any if user_id is None else self.read_own
-            row = self._execute(cursor, stmt, values).fetchone()
-            cursor.close()
-        finally:
-            connection.close()
+        """A WAL read never waits for the write lock; the rare busy moment (a
+        checkpoint, a recovery) is waited out in slices up to ``lock_timeout``."""
+        deadline = None if self.lock_timeout is None else time.monotonic() + self.lock_timeout
+        values = {"b_thread": thread_id, "b_user": user_id}
+        stmt = self.read_any if user_id is None else self.read_own
+        while True:
+            connection = self.engine.raw_connection()
+            try:
+                cursor = connection.cursor()
+                row = self._execute(cursor, stmt, values).fetchone()
+                cursor.close()
+                break
+            except sqlite3.OperationalError as exc:
+                code = getattr(exc, "sqlite_errorcode", None)
+                busy = isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+                if not busy or (deadline is not None and time.monotonic() >= deadline):
+                    raise
+            finally:
+                connection.close()
         return None if row is None else Head(row[0], row[1], user_id, row[2])
 
-    def commit(self, write: HeadWrite) -> Head | None:
+    def commit(self, write: HeadWrite, ticket: _Ticket | None = None) -> Head | None:
         connection = self.engine.raw_connection()
+        driver = connection.driver_connection
+        assert driver is not None
+        ticket = ticket or _Ticket()
+        ticket.connection = driver
         try:
+            if ticket.cancelled:
+                return None
             cursor = connection.cursor()
-            self._sent("BEGIN IMMEDIATE")
-            cursor.execute("BEGIN IMMEDIATE")
+            if not self._begin(cursor, ticket):
+                return None  # the caller is gone: nothing was written
             try:
                 head = self._commit(cursor, write)
+                if ticket.cancelled:  # the caller is gone: never commit after it
+                    head = None
             except BaseException:
-                self._sent("ROLLBACK")
-                cursor.execute("ROLLBACK")
+                ticket.connection = None  # nothing to interrupt in the rollback
+                if driver.in_transaction:
+                    self._sent("ROLLBACK")
+                    cursor.execute("ROLLBACK")
                 raise
+            ticket.connection = None
             self._sent("COMMIT" if head is not None else "ROLLBACK")
             cursor.execute("COMMIT" if head is not None else "ROLLBACK")
             cursor.close()
             return head
         finally:
+            ticket.connection = None
             connection.close()
+
+    def _begin(self, cursor: Any, ticket: _Ticket) -> bool:
+        """BEGIN IMMEDIATE, waiting for the write lock up to ``lock_timeout`` in slices;
+        False when the caller is gone meanwhile."""
+        deadline = None if self.lock_timeout is None else time.monotonic() + self.lock_timeout
+        while True:
+            if ticket.cancelled:
+                return False
+            self._sent("BEGIN IMMEDIATE")
+            try:
+                cursor.execute("BEGIN IMMEDIATE")
+                return True
+            except sqlite3.OperationalError as exc:
+                code = getattr(exc, "sqlite_errorcode", None)
+                busy = isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+                if not busy or (deadline is not None and time.monotonic() >= deadline):
+                    raise
 
     def _commit(self, cursor: Any, w: HeadWrite) -> Head | None:
         """Under the write lock: the common case only (see :class:`HeadWrite`)."""
@@ -209,7 +307,12 @@ class HotPath:
         return Head(version, row[2], row[0], None)
 
     def close(self) -> None:
-        self.executor.shutdown(wait=False)
+        """Let the threads go and close the idle connections; a later call makes new
+        ones (another loop may still be using the checkpointer)."""
+        with self._pools_lock:
+            pools, self._pools = self._pools, {}
+        for pool in pools.values():
+            pool.shutdown(wait=False)
         self.engine.dispose()
 
 
@@ -232,7 +335,7 @@ class SqliteBackend(Backend):
         if self._hot is None:
             return await super().read_head(thread_id, user_id)
         try:
-            result: Head | None = await self._hot.call(self._hot.read, thread_id, user_id)
+            result: Head | None = await self._hot.read_in_thread(thread_id, user_id)
         except sqlite3.Error as exc:
             raise self._driver_error(exc) from exc
         return result
@@ -241,7 +344,7 @@ class SqliteBackend(Backend):
         if self._hot is None:
             return None
         try:
-            result: Head | None = await self._hot.call(self._hot.commit, write)
+            result: Head | None = await self._hot.commit_in_thread(write)
         except sqlite3.Error as exc:
             raise self._driver_error(exc) from exc
         return result
@@ -322,13 +425,41 @@ class MemoryBackend(SqliteBackend):
     """An in-memory SQLite database: one connection, transactions in turn.
 
     The connection is not tied to a loop (aiosqlite runs it in a thread): every loop
-    shares it, in turn (a lock across loops and threads), and only aclose() closes it
-    (the database goes with it).
+    shares it, in turn (a lock across loops and threads). The database is a named one
+    (``file:tenxstore-<id>?mode=memory&cache=shared``) that a second, idle connection
+    keeps alive: when SQLAlchemy replaces the working connection (one it invalidated
+    after a cancelled call) the new one opens the same database, not an empty one.
+    Only aclose() closes both (the database goes with them).
     """
 
     name = "memory"
     pool_per_loop = False
     _create_schema: SchemaHook | None = None
+
+    @classmethod
+    def create_engine(
+        cls, url: URL, options: dict[str, Any], lock_timeout: float | None
+    ) -> AsyncEngine:
+        if url.database in (None, "", ":memory:"):
+            name = f"file:tenxstore-{uuid.uuid4().hex}?mode=memory&cache=shared"
+            url = url.set(database=name, query={"uri": "true"})
+        return super().create_engine(url, options, lock_timeout)
+
+    def __init__(self, engine: AsyncEngine, **kwargs: Any) -> None:
+        super().__init__(engine, **kwargs)
+        database = engine.url.database or ""
+        self._keeper = (
+            sqlite3.connect(database, uri=True, check_same_thread=False)
+            if database.startswith("file:") and "mode=memory" in database
+            else None
+        )
+
+    async def aclose(self) -> None:
+        try:
+            await super().aclose()
+        finally:
+            if self._keeper is not None:
+                self._keeper.close()
 
     @classmethod
     def connect_args(cls, lock_timeout: float | None) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import sqlite3
 import time
@@ -301,5 +302,171 @@ async def test_connections_kept_for_hot_calls_never_starve_the_pool(
         )
         for config in configs:
             assert await repo.aget_state(dict(config)) == {"n": 5}
+    finally:
+        await repo.aclose()
+
+
+@pytest.mark.parametrize("verification_reaches_the_server", [True, False])
+async def test_a_write_lost_while_waiting_for_the_lock_never_commits_afterwards(
+    pg_url: str, pg_schema: str, admin: Any, verification_reaches_the_server: bool
+) -> None:
+    """The link breaks while the write waits for the row lock: the server does not
+    notice (the statement would commit once the lock frees). tenxstore ends that
+    backend before it looks; when it cannot look, the outcome is unknown."""
+    link = await TcpProxy(urlsplit(pg_url).port or 5432).start()
+    name = f"tenx-{uuid.uuid4().hex[:8]}"
+    repo = CheckpointRepository(
+        f"postgresql://postgres@127.0.0.1:{link.port}/test",
+        schema=pg_schema,
+        engine_options={"connect_args": {"server_settings": {"application_name": name}}},
+    )
+    try:
+        await repo.asetup()
+        config = cfg("t", "u")
+        await repo.aput_state(config, {"n": 1})
+        holder = await hold_lock(admin, pg_schema)
+        write = asyncio.ensure_future(repo.aput_state(config, {"n": "lost"}))
+        await waiting_writer(admin, name)
+        if not verification_reaches_the_server:
+            link.cut()  # and refused from now on
+        else:
+            link.cut()
+            link.restore()
+        with pytest.raises(ConnectionLost) as err:
+            await asyncio.wait_for(write, 30)
+        await holder.rollback()  # the lock frees: an orphaned statement would commit now
+        assert err.value.committed is (False if verification_reaches_the_server else None)
+        assert await backends(admin, name, waiting=True) == []
+        version = await admin.fetchval(f'SELECT version FROM "{pg_schema}".threads')
+        assert version == 1  # nothing committed, whatever the error said
+    finally:
+        link.restore()
+        await repo.aclose()
+        await link.close()
+
+
+async def test_a_write_cancelled_twice_never_commits_after_the_call(
+    pg_url: str, pg_schema: str, admin: Any
+) -> None:
+    """anyio's cancel scopes cancel again at every await: the call still waits until
+    the server has cancelled the statement."""
+    repo, name = named_repo(pg_url, pg_schema)
+    try:
+        await repo.asetup()
+        await repo.aput_state(cfg("t", "u"), {"n": 0})
+        for n in range(1, 4):
+            config = cfg("t", "u")
+            await repo.aget_state(config)
+            holder = await hold_lock(admin, pg_schema)
+            write = asyncio.ensure_future(repo.aput_state(config, {"n": n}))
+            await waiting_writer(admin, name)
+            write.cancel()
+            await asyncio.sleep(0)
+            write.cancel()  # again, while it waits for the server's cancel
+            with pytest.raises(asyncio.CancelledError):
+                await write
+            await holder.rollback()
+            assert await repo.aget_state(cfg("t", "u")) == {"n": 0}
+            assert await backends(admin, name, waiting=True) == []
+    finally:
+        await repo.aclose()
+
+
+async def test_a_write_cancelled_before_its_statement_gives_its_connection_back(
+    pg_url: str, pg_schema: str
+) -> None:
+    repo = CheckpointRepository(
+        pg_url, schema=pg_schema, engine_options={"pool_size": 2, "max_overflow": 0}
+    )
+    try:
+        await repo.asetup()
+        config = cfg("t", "u")
+        await repo.aput_state(config, {"n": 0})
+        for n in range(20):
+            write = asyncio.ensure_future(repo.aput_state(config, {"n": n}))
+            await asyncio.sleep(0)  # it took a connection and looks at it once
+            write.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await write
+            await repo.aget_state(config)
+        # All came back: the pool still serves two calls at once without waiting.
+        await asyncio.wait_for(
+            asyncio.gather(repo.aget_messages(config), repo.alist_threads(config)), 5
+        )
+    finally:
+        await repo.aclose()
+
+
+async def test_concurrent_writes_without_a_version_keep_the_history_limit(
+    pg_url: str, pg_schema: str
+) -> None:
+    repo = CheckpointRepository(pg_url, schema=pg_schema, state_history_limit=1)
+    try:
+        await repo.asetup()
+        await repo.aput_state(cfg("t", "u"), {"n": 0})
+        for _ in range(3):
+            await asyncio.gather(*(repo.aput_state(cfg("t", "u"), {"n": i}) for i in range(10)))
+            assert len(await repo.alist_states(cfg("t", "u"))) == 1
+    finally:
+        await repo.aclose()
+
+
+async def test_sqlite_a_cancelled_write_never_commits_after_the_call(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    repo = CheckpointRepository(f"sqlite:///{path}")
+    other = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        await repo.asetup()
+        config = cfg("t", "u")
+        await repo.aput_state(config, {"n": 0})
+        other.execute("BEGIN IMMEDIATE")  # another process writes
+        write = asyncio.ensure_future(repo.aput_state(config, {"n": "cancelled"}))
+        await asyncio.sleep(0.1)  # the busy wait is a time: let the write be in it
+        write.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await write
+        other.execute("ROLLBACK")  # the lock frees: an abandoned write would commit now
+        assert await repo.aput_state(dict(config), {"n": 1}) == 2  # the version it read
+        assert [s.state for s in await repo.alist_states(cfg("t", "u"))] == [{"n": 1}, {"n": 0}]
+    finally:
+        other.close()
+        await repo.aclose()
+
+
+async def test_sqlite_reads_never_wait_behind_writers_waiting_for_the_lock(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "r.db"
+    repo = CheckpointRepository(f"sqlite:///{path}", lock_timeout=None)
+    other = sqlite3.connect(path, isolation_level=None, timeout=0)
+    writes: list[asyncio.Future[Any]] = []
+    try:
+        await repo.asetup()
+        for i in range(6):
+            await repo.aput_state(cfg(f"t{i}", "u"), {"i": i})
+        other.execute("BEGIN IMMEDIATE")
+        writes = [
+            asyncio.ensure_future(repo.aput_state(cfg(f"t{i}", "u"), {"i": -i})) for i in range(6)
+        ]
+        reads = [repo.aget_state(cfg(f"t{i}", "u")) for i in range(6)]
+        assert await asyncio.wait_for(asyncio.gather(*reads), 5) == [{"i": i} for i in range(6)]
+    finally:
+        for write in writes:
+            write.cancel()  # writers waiting without a bound stop when cancelled
+        await asyncio.gather(*writes, return_exceptions=True)
+        other.execute("ROLLBACK")
+        other.close()
+        await repo.aclose()
+
+
+async def test_sqlite_closed_then_used_again(tmp_path: Path) -> None:
+    repo = CheckpointRepository(f"sqlite:///{tmp_path / 'a.db'}")
+    try:
+        await repo.asetup()
+        for n in range(1, 3):
+            config = cfg("t", "u")
+            await repo.aget_state(config)
+            assert await repo.aput_state(config, {"n": n}) == n
+            await repo.aclose()  # as a loop that ends closes its share
     finally:
         await repo.aclose()

@@ -429,3 +429,21 @@ async def test_processes_run_the_body_once(sql_backend: Backend, tmp_path: Path)
     assert results == [42] * 4
     assert marks.read_text() == "ran\n"
     assert collided.value == 3
+
+
+async def test_an_outcome_of_a_claim_from_a_deleted_life_changes_nothing(
+    cp: CheckpointRepository,
+) -> None:
+    first = await cp.abegin_tool_execution(cfg(), "call", "send", {"to": "x"})  # worker A
+
+    async def new_life() -> None:  # another task: its own context
+        await cp.aclean_thread(cfg())
+        claim = await cp.abegin_tool_execution(cfg(), "call", "send", {"to": "x"})
+        assert (claim.status, claim.attempts) == ("started", first.attempts)
+
+    await asyncio.ensure_future(new_life())
+    with pytest.raises(ToolExecutionClaimLost) as lost:
+        await cp.afail_tool_execution(cfg(), "call", "A gave up")  # A's claim: a life gone
+    assert lost.value.replaced and "deleted or replaced" in str(lost.value)
+    with pytest.raises(ToolExecutionInProgress):
+        await cp.abegin_tool_execution(cfg(), "call", "send", {"to": "x"})  # worker C

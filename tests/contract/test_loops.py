@@ -4,6 +4,7 @@ worker threads, and engines or clients the caller bound to a loop that has ended
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import subprocess
@@ -211,3 +212,66 @@ def test_clients_of_a_loop_that_closed_are_replaced_not_reused(
 
     asyncio.run(forget())
     gc.collect()
+
+
+def test_requests_in_several_threads_each_with_its_own_loop(schema: str) -> None:
+    """A sync web app: threads, each request an ``asyncio.run``, one checkpointer. A
+    loop's connections are never used, nor closed, by another thread's loop (that
+    crashed the interpreter once). In a subprocess, so that a crash fails the test."""
+    code = f"""
+import asyncio, collections, sys, threading
+sys.path.insert(0, {str(Path(__file__).parents[2])!r})
+import tenxstore
+from tests import services
+cp = tenxstore.CheckpointRepository(
+    services.pg_url(), schema={schema!r}, engine_options={{"pool_size": 8, "max_overflow": 2}}
+)
+cp.setup()
+errors = collections.Counter()
+
+async def burst(k, i):
+    reads = [cp.aget_state({{"thread_id": f"t{{j}}", "user_id": "u"}}) for j in range(8)]
+    await asyncio.gather(*reads)
+
+async def single(k, i):
+    config = {{"thread_id": f"s{{k}}", "user_id": "u"}}
+    await cp.aget_state(config)
+    await cp.aput_state(config, {{"i": i}})
+
+def worker(k, fn, n):
+    for i in range(n):
+        try:
+            asyncio.run(fn(k, i))
+        except Exception as exc:
+            errors[repr(exc)[:120]] += 1
+
+threads = [threading.Thread(target=worker, args=(k, burst, 40)) for k in range(2)]
+threads += [threading.Thread(target=worker, args=(k, single, 60)) for k in range(2, 5)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(dict(errors))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "{}"), done.stderr[-3000:]
+
+
+def test_a_cancelled_call_keeps_the_in_memory_database() -> None:
+    async def main() -> None:
+        cp = tenxstore.InMemoryCheckpointer()
+        try:
+            await cp.aput_state(cfg("keep"), {"precious": True})
+            for yields in range(12):  # a cancellation at each point of a read and a write
+                for call in (cp.aget_state(cfg("keep")), cp.aput_state(cfg("other"), {})):
+                    task = asyncio.ensure_future(call)
+                    for _ in range(yields):
+                        await asyncio.sleep(0)
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            assert await cp.aget_state(cfg("keep")) == {"precious": True}
+        finally:
+            await cp.aclose()
+
+    asyncio.run(main())

@@ -2,9 +2,10 @@
 
 PostgreSQL (counted on the wire, through a proxy): a state write is ONE statement in
 ONE round trip in the common case — the thread exists, the caller owns it, the run's
-version still holds — and a read of the head is one. The first write of a thread
-adds the locked path (BEGIN, lock, insert the thread, lock it, write, COMMIT); so does
-a conflict (BEGIN, lock, ROLLBACK), which reports the precise version.
+version still holds — and a read of the head is one. A write without a recorded
+version (the first of a thread) takes the locked path (BEGIN, lock, insert the thread,
+lock it, write, COMMIT); a conflict adds it after the one statement (BEGIN, lock,
+ROLLBACK), which reports the precise version.
 
 SQLite (counted as sent): one thread hop runs BEGIN IMMEDIATE, the lock select, the
 state, messages, version bump (and prune), COMMIT; a read is one SELECT.
@@ -50,9 +51,10 @@ async def test_postgresql_round_trips_on_the_wire(pg_url: str, pg_schema: str) -
         config = cfg("t", "u")
         with on_the_wire(wire) as first:
             await repo.aput_checkpoint(config, {"n": 0}, [{"id": "m0"}])
-        # the one-step write (matches nothing), then BEGIN, lock, insert the thread, lock
-        # it, write (one statement of CTEs), COMMIT
-        assert (first.statements, first.round_trips) == (7, 7), vars(first)
+        # no version recorded yet: the locked path (its prune sees what a writer it
+        # waited for committed): BEGIN, lock, insert the thread, lock it, write (one
+        # statement of CTEs), COMMIT
+        assert (first.statements, first.round_trips) == (6, 6), vars(first)
         for n in (1, 2, 3):
             with on_the_wire(wire) as steady:
                 await repo.aput_checkpoint(config, {"n": n}, [{"id": f"m{n}a"}, {"id": f"m{n}b"}])
