@@ -16,14 +16,17 @@ Beyond LangGraph's own savers:
   deleted or replaced since (a parent that no longer exists likewise);
 * **bounded history**: ``history_limit`` keeps the newest N checkpoints per namespace.
 
-Needs the ``langgraph`` extra. The synchronous methods are LangGraph's defaults, which
-raise ``NotImplementedError``: use the graph's async API (``ainvoke``, ``astream``).
+Needs the ``langgraph`` extra. Sync graphs work too (``invoke``, ``get_state``...):
+the synchronous methods run the async ones on a background event loop, from any thread
+whose own loop is not running (a plain program, or a worker thread of an async
+application); from inside a running loop they raise ``RuntimeError`` (use the async
+method).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 try:
@@ -44,12 +47,17 @@ except ImportError as exc:  # pragma: no cover - the message is the point
 
 from .config import INCARNATION_KEY
 from .errors import ConfigError
+from .loops import BackgroundLoop
 from .protocol import Checkpointer
 from .serde import decode, encode
 from .types import AuthPolicy
 from .validate import check_id
 
-__all__ = ["TenxCheckpointSaver"]
+__all__ = ["HEAD_KEY", "TenxCheckpointSaver"]
+
+HEAD_KEY = "_checkpoint_head"
+"""In a config the saver returns: the namespace's newest checkpoint when it was read."""
+_SYNC = BackgroundLoop("tenxstore-langgraph")
 
 
 def _configurable(config: RunnableConfig | None) -> dict[str, Any]:
@@ -109,8 +117,9 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         self._tables = checkpointer.langgraph
 
     def for_user(self, user_id: Any) -> TenxCheckpointSaver:
-        """This saver, acting for one user (the server's authenticated user)."""
-        return TenxCheckpointSaver(
+        """This saver (of the same class), acting for one user (the server's
+        authenticated user)."""
+        return type(self)(
             self.checkpointer,
             serde=self.serde,
             history_limit=self.history_limit,
@@ -184,16 +193,25 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         parent = conf.get("checkpoint_id")
         typed = self.serde.dumps_typed(dict(checkpoint))
         meta = encode(get_checkpoint_metadata(config, metadata), "metadata")
+        seen = conf.get(HEAD_KEY)
         incarnation = await self._tables.put(
-            scoped, ns, checkpoint["id"], parent, typed, meta, self.history_limit
+            scoped,
+            ns,
+            checkpoint["id"],
+            parent,
+            typed,
+            meta,
+            self.history_limit,
+            seen_head=seen if isinstance(seen, str) else None,
         )
         return {
             "configurable": {
-                **{k: v for k, v in conf.items() if k in ("thread_id", "user_id")},
+                **{k: v for k, v in conf.items() if k == "user_id"},
                 "thread_id": conf["thread_id"],
                 "checkpoint_ns": ns,
                 "checkpoint_id": checkpoint["id"],
                 INCARNATION_KEY: incarnation,
+                HEAD_KEY: checkpoint["id"],  # this run's own head, from here on
             }
         }
 
@@ -252,27 +270,29 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
 
     # -- reads -------------------------------------------------------------------
 
+    def _config(self, row: Any, checkpoint_id: str) -> RunnableConfig:
+        """A config that names a checkpoint and carries what the saver needs to accept
+        it back: the owner (under isolation), which life of the thread was read (a
+        write after a delete or a replace is refused), and the namespace's head at the
+        time of the read (a run resumed from an older checkpoint may fork from there;
+        a run that lost a race to another cannot commit)."""
+        configurable: dict[str, Any] = {
+            "thread_id": row.thread_id,
+            "checkpoint_ns": row.checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+            INCARNATION_KEY: row.incarnation,
+            HEAD_KEY: row.head,
+        }
+        if row.user_id is not None:
+            configurable["user_id"] = row.user_id
+        return {"configurable": configurable}
+
     def _tuple(self, row: Any, writes: list[Any]) -> CheckpointTuple:
         checkpoint: Checkpoint = self.serde.loads_typed((row.type, row.checkpoint))
-        config: RunnableConfig = {
-            "configurable": {
-                "thread_id": row.thread_id,
-                "checkpoint_ns": row.checkpoint_ns,
-                "checkpoint_id": row.checkpoint_id,
-                # which life of the thread this is: a run resumed from it carries it
-                # into every write, and a write after a delete or a replace is refused
-                INCARNATION_KEY: row.incarnation,
-            }
-        }
-        parent: RunnableConfig | None = None
+        config = self._config(row, row.checkpoint_id)
+        parent = None
         if row.parent_checkpoint_id is not None:
-            parent = {
-                "configurable": {
-                    "thread_id": row.thread_id,
-                    "checkpoint_ns": row.checkpoint_ns,
-                    "checkpoint_id": row.parent_checkpoint_id,
-                }
-            }
+            parent = self._config(row, row.parent_checkpoint_id)
         return CheckpointTuple(
             config=config,
             checkpoint=checkpoint,
@@ -304,7 +324,8 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        """Checkpoints newest first, by thread, namespace, metadata and ``before``."""
+        """Checkpoints newest first, by thread, namespace, metadata (``filter``, narrowed
+        in SQL) and ``before``."""
         scoped = self._scoped(config)
         conf = scoped["configurable"]
         rows = await self._tables.rows(
@@ -312,15 +333,62 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             conf.get("checkpoint_ns"),
             conf.get("checkpoint_id"),
             get_checkpoint_id(before) if before else None,
-            None if filter else limit,
+            limit,
+            metadata=filter or None,
         )
-        count = 0
         for row, writes in rows:
-            if filter:
-                metadata = decode(row.metadata)
-                if any(metadata.get(k) != v for k, v in filter.items()):
-                    continue
             yield self._tuple(row, writes)
-            count += 1
-            if limit is not None and count >= limit:
-                return
+
+    # -- the synchronous API: the same calls, run on a background event loop ------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Synchronous :meth:`aget_tuple` (from a thread without a running loop)."""
+        return _SYNC.run(self.aget_tuple(config), "aget_tuple")
+
+    def list(  # LangGraph's name
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Synchronous :meth:`alist` (read at once, then iterated)."""
+
+        async def read() -> Sequence[CheckpointTuple]:
+            listed = self.alist(config, filter=filter, before=before, limit=limit)
+            return [found async for found in listed]
+
+        return iter(_SYNC.run(read(), "alist"))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Synchronous :meth:`aput`."""
+        return _SYNC.run(self.aput(config, checkpoint, metadata, new_versions), "aput")
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Synchronous :meth:`aput_writes`."""
+        _SYNC.run(self.aput_writes(config, writes, task_id, task_path), "aput_writes")
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Synchronous :meth:`adelete_thread`."""
+        _SYNC.run(self.adelete_thread(thread_id), "adelete_thread")
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Synchronous :meth:`acopy_thread`."""
+        _SYNC.run(self.acopy_thread(source_thread_id, target_thread_id), "acopy_thread")
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Synchronous :meth:`aprune`."""
+        _SYNC.run(self.aprune(thread_ids, strategy=strategy), "aprune")

@@ -7,6 +7,7 @@ serde; this module stores and finds them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -14,11 +15,36 @@ from sqlalchemy import and_, delete, func, insert, select
 
 from .config import RunIds, recorded_incarnation
 from .errors import StaleStateError
+from .serde import decode
 from .store import Store
 
 __all__ = ["LangGraphTables"]
 
 _BATCH = 500  # checkpoints whose writes are read in one query
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9 ._:/@+-]*")
+
+
+def _json_pair(key: str, value: Any) -> str | None:
+    """``"key":value`` as the stored JSON writes it, escaped for LIKE; None when that
+    text is not certain (numbers: ``1``, ``1.0`` and ``true`` are equal in Python; the
+    pair is then checked in Python alone)."""
+    if not isinstance(key, str) or not _PLAIN.fullmatch(key):
+        return None
+    if value is None:
+        text = "null"
+    elif type(value) is str and _PLAIN.fullmatch(value):
+        text = f'"{value}"'
+    else:
+        return None
+    return f'"{key}":{text}'.replace("_", "\\_")
+
+
+def _has_metadata(text: str, wanted: dict[str, Any]) -> bool:
+    """LangGraph's own filter: each wanted value equals the metadata's."""
+    found = decode(text)
+    return all(found.get(key) == value for key, value in wanted.items())
 
 
 class LangGraphTables:
@@ -36,14 +62,18 @@ class LangGraphTables:
         typed: tuple[str, bytes],
         metadata: str,
         history_limit: int | None,
+        seen_head: str | None = None,
     ) -> int:
         """Store one checkpoint; return the thread's incarnation.
 
-        With a parent, that parent must be the namespace's newest checkpoint: a second
-        writer from the same parent gets StaleStateError. A parent that no longer
-        exists, or an incarnation in ``config`` (recorded when the run read) that is
-        not the thread's, means the thread was deleted or replaced since the run read
-        it: StaleStateError with ``replaced``.
+        The namespace's newest checkpoint must be the parent (the run continues from
+        the head), or the head the run saw when it read (``seen_head``: a run resumed
+        from an older checkpoint forks from there, on purpose). Otherwise another run
+        committed after this one read: StaleStateError, so two runs that started from
+        the same head cannot both commit. A parent that no longer exists, or an
+        incarnation in ``config`` (recorded when the run read) that is not the
+        thread's, means the thread was deleted or replaced since the run read it:
+        StaleStateError with ``replaced``.
         """
         ids = self._store.ids(config)
         c, w = self._store.tables.lg_checkpoints, self._store.tables.lg_writes
@@ -63,7 +93,10 @@ class LangGraphTables:
             if parent_id is not None and newest != parent_id:
                 parent = select(c.c.checkpoint_id).where(here, c.c.checkpoint_id == parent_id)
                 gone = (await conn.execute(parent)).first() is None
-                raise StaleStateError(ids.thread_id, parent_id, newest or "(none)", replaced=gone)
+                if gone or newest != seen_head:
+                    raise StaleStateError(
+                        ids.thread_id, seen_head or parent_id, newest or "(none)", replaced=gone
+                    )
             await conn.execute(delete(c).where(here, c.c.checkpoint_id == checkpoint_id))
             await conn.execute(
                 insert(c).values(
@@ -148,18 +181,33 @@ class LangGraphTables:
         checkpoint_id: str | None,
         before: str | None,
         limit: int | None,
+        metadata: dict[str, Any] | None = None,
     ) -> list[tuple[Any, list[Any]]]:
         """Checkpoints newest first (with their writes), narrowed as asked.
 
         A config without a thread lists every thread the caller may see: the user's
-        while isolation applies, every thread otherwise.
+        while isolation applies, every thread otherwise. ``metadata`` keeps the
+        checkpoints whose metadata has those top-level values: narrowed in SQL by
+        each pair's JSON text (for keys and values whose text is plain), then checked
+        exactly; writes are read only for the checkpoints returned.
         """
         store = self._store
         c, w = store.tables.lg_checkpoints, store.tables.lg_writes
         ids = store.ids(config, need_thread=False)
         one_thread = ids.thread_id is not None
         t = store.tables.threads
-        stmt = select(*c.c, t.c.incarnation).join(t, t.c.thread_id == c.c.thread_id)
+        newest = c.alias("newest")
+        head = (
+            select(func.max(newest.c.checkpoint_id))
+            .where(
+                newest.c.thread_id == c.c.thread_id,
+                newest.c.checkpoint_ns == c.c.checkpoint_ns,
+            )
+            .scalar_subquery()
+        )
+        stmt = select(*c.c, t.c.incarnation, t.c.user_id, head.label("head")).join(
+            t, t.c.thread_id == c.c.thread_id
+        )
         if one_thread:
             stmt = stmt.where(c.c.thread_id == store.visible_thread(ids))
         elif ids.isolated:
@@ -170,14 +218,20 @@ class LangGraphTables:
             stmt = stmt.where(c.c.checkpoint_id == checkpoint_id)
         if before is not None:
             stmt = stmt.where(c.c.checkpoint_id < before)
+        for name, value in (metadata or {}).items():
+            fragment = _json_pair(name, value)
+            if fragment is not None:
+                stmt = stmt.where(c.c.metadata.like(f"%{fragment}%", escape="\\"))
         if one_thread:  # newest first across its namespaces
             stmt = stmt.order_by(c.c.checkpoint_id.desc(), c.c.checkpoint_ns)
         else:
             stmt = stmt.order_by(c.c.thread_id, c.c.checkpoint_ns, c.c.checkpoint_id.desc())
-        if limit is not None:
+        if limit is not None and not metadata:
             stmt = stmt.limit(limit)
         async with store.snapshot() as conn:
             rows = (await conn.execute(stmt)).all()
+            if metadata:
+                rows = [r for r in rows if _has_metadata(r.metadata, metadata)][:limit]
             writes: dict[tuple[Any, str, str], list[Any]] = {
                 (r.thread_id, r.checkpoint_ns, r.checkpoint_id): [] for r in rows
             }

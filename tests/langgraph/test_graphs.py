@@ -1,0 +1,229 @@
+"""Real LangGraph graphs on TenxCheckpointSaver, every backend: sync and async APIs,
+interrupts, time travel and forks, two runs from one head, subgraphs and fan-out."""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+pytest.importorskip("langgraph.graph", reason="the bench extra is not installed")
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, Send, interrupt
+
+from tenxstore import StaleStateError
+from tenxstore.langgraph import TenxCheckpointSaver
+from tests.conftest import Backend
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Chat(TypedDict):
+    turns: Annotated[list[str], operator.add]
+
+
+def chat_graph(saver: Any) -> Any:
+    def reply(state: Chat) -> dict[str, list[str]]:  # sync: the sync API can run it too
+        return {"turns": [f"reply {len(state['turns'])}"]}
+
+    return (
+        StateGraph(Chat)
+        .add_node("reply", reply)
+        .add_edge(START, "reply")
+        .add_edge("reply", END)
+        .compile(checkpointer=saver)
+    )
+
+
+def run(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}}
+
+
+async def saver_for(backend: Backend) -> TenxCheckpointSaver:
+    """Isolation on, as in production: the saver acts for one user."""
+    return TenxCheckpointSaver(await backend.make()).for_user("alice")
+
+
+async def test_configs_round_trip_under_isolation(backend: Backend) -> None:
+    graph = chat_graph(await saver_for(backend))
+    for text in ("hi", "again"):
+        await graph.ainvoke({"turns": [text]}, run("t"))
+    history = [s async for s in graph.aget_state_history(run("t"))]
+    assert len(history) >= 4
+    for snapshot in history:
+        assert snapshot.config["configurable"]["user_id"] == "alice"
+        again = await graph.aget_state(snapshot.config)  # accepted back as it came
+        assert again.values == snapshot.values
+        if snapshot.parent_config is not None:
+            assert snapshot.parent_config["configurable"]["user_id"] == "alice"
+            await graph.aget_state(snapshot.parent_config)
+
+
+async def time_travel(graph: Any) -> list[Any]:
+    """Replays and a fork from old checkpoints; what a user sees at each step."""
+    seen: list[Any] = []
+    await graph.ainvoke({"turns": ["one"]}, run("t"))
+    await graph.ainvoke({"turns": ["two"]}, run("t"))
+    history = [s async for s in graph.aget_state_history(run("t"))]
+    seen.append([(s.values, s.next) for s in history])
+    after_reply = next(s for s in history if s.values.get("turns") == ["one", "reply 1"])
+    seen.append(await graph.ainvoke(None, after_reply.config))
+    before_reply = next(s for s in history if s.values.get("turns") == ["one"])
+    seen.append(await graph.ainvoke(None, before_reply.config))  # the reply runs again
+    seen.append((await graph.aget_state(run("t"))).values)
+    forked = await graph.aupdate_state(after_reply.config, {"turns": ["edited"]})
+    seen.append((await graph.aget_state(forked)).values)
+    seen.append((await graph.aget_state(run("t"))).values)
+    seen.append(await graph.ainvoke({"turns": ["three"]}, run("t")))
+    seen.append(len([s async for s in graph.aget_state_history(run("t"))]))
+    return seen
+
+
+async def test_time_travel_and_forks_behave_as_on_langgraphs_own_saver(backend: Backend) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    expected = await time_travel(chat_graph(InMemorySaver()))  # type: ignore[arg-type]
+    assert await time_travel(chat_graph(await saver_for(backend))) == expected
+
+
+class ReadTogether(TenxCheckpointSaver):
+    """Makes two runs read the head before either writes: a race, on cue."""
+
+    gate: asyncio.Barrier | None = None
+
+    async def aget_tuple(self, config: Any) -> Any:
+        found = await super().aget_tuple(config)
+        if self.gate is not None:
+            await self.gate.wait()
+        return found
+
+
+async def test_two_runs_from_one_head_cannot_both_commit(backend: Backend) -> None:
+    saver = ReadTogether(await backend.make()).for_user("alice")
+    graph = chat_graph(saver)
+    await graph.ainvoke({"turns": ["one"]}, run("t"))
+    saver.gate = asyncio.Barrier(2)
+    outcomes = await asyncio.gather(
+        *(graph.ainvoke({"turns": [x]}, run("t")) for x in "ab"), return_exceptions=True
+    )
+    saver.gate = None
+    refused = [o for o in outcomes if isinstance(o, StaleStateError)]
+    assert len(refused) == 1, outcomes
+    assert "another run committed" in str(refused[0])
+    history = [s async for s in graph.aget_state_history(run("t"))]
+    parents = [s.parent_config["configurable"]["checkpoint_id"] for s in history[:-1]]
+    assert len(set(parents)) == len(parents)  # a line, not a fork
+
+
+async def test_interrupt_and_resume(backend: Backend) -> None:
+    def ask(state: Chat) -> dict[str, list[str]]:
+        answer = interrupt("approve?")
+        return {"turns": [f"approved: {answer}"]}
+
+    graph = (
+        StateGraph(Chat)
+        .add_node("ask", ask)
+        .add_edge(START, "ask")
+        .add_edge("ask", END)
+        .compile(checkpointer=await saver_for(backend))
+    )
+    paused = await graph.ainvoke({"turns": ["start"]}, run("t"))
+    assert paused["__interrupt__"][0].value == "approve?"
+    done = await graph.ainvoke(Command(resume="yes"), run("t"))
+    assert done == {"turns": ["start", "approved: yes"]}
+
+
+class Fan(TypedDict):
+    items: list[str]
+    done: Annotated[list[str], operator.add]
+
+
+async def test_send_fan_out_and_a_subgraph(backend: Backend) -> None:
+    inner = (
+        StateGraph(Fan)
+        .add_node("mark", lambda s: {"done": ["inner"]})
+        .add_edge(START, "mark")
+        .add_edge("mark", END)
+        .compile()
+    )
+
+    def work(item: dict[str, str]) -> dict[str, list[str]]:
+        return {"done": [item["item"]]}
+
+    graph = (
+        StateGraph(Fan)
+        .add_node("inner", inner)
+        .add_node("work", work)
+        .add_conditional_edges(
+            "inner", lambda s: [Send("work", {"item": i}) for i in s["items"]], ["work"]
+        )
+        .add_edge(START, "inner")
+        .add_edge("work", END)
+        .compile(checkpointer=await saver_for(backend))
+    )
+    result = await graph.ainvoke({"items": ["a", "b", "c"], "done": []}, run("t"))
+    assert sorted(result["done"]) == ["a", "b", "c", "inner"]
+    assert (await graph.aget_state(run("t"))).values == result
+
+
+async def test_sync_calls_from_a_worker_thread(backend: Backend) -> None:
+    graph = chat_graph(await saver_for(backend))
+
+    def sync_use() -> tuple[dict[str, Any], int]:
+        result = graph.invoke({"turns": ["hi"]}, run("t"))
+        history = list(graph.get_state_history(run("t")))
+        graph.update_state(run("t"), {"turns": ["edited"]})
+        return result, len(history)
+
+    result, history = await asyncio.to_thread(sync_use)
+    assert result == {"turns": ["hi", "reply 1"]} and history >= 3
+    assert (await graph.aget_state(run("t"))).values["turns"][-1] == "edited"
+
+
+async def test_a_sync_call_inside_the_running_loop_says_what_to_do(backend: Backend) -> None:
+    graph = chat_graph(await saver_for(backend))
+    with pytest.raises(RuntimeError, match="aget_tuple"):
+        graph.get_state(run("t"))
+
+
+def test_a_sync_graph_in_a_plain_program(tmp_path: Path) -> None:
+    code = f"""
+import operator, sys
+from typing import Annotated, TypedDict
+sys.path.insert(0, {str(ROOT)!r})
+from langgraph.graph import END, START, StateGraph
+from tenxstore import SqliteCheckpointer
+from tenxstore.langgraph import TenxCheckpointSaver
+
+class Chat(TypedDict):
+    turns: Annotated[list[str], operator.add]
+
+cp = SqliteCheckpointer({str(tmp_path / "sync.db")!r}, enforce_user_isolation=False)
+cp.setup()
+graph = (
+    StateGraph(Chat)
+    .add_node("reply", lambda s: {{"turns": [f"reply {{len(s['turns'])}}"]}})
+    .add_edge(START, "reply").add_edge("reply", END)
+    .compile(checkpointer=TenxCheckpointSaver(cp))
+)
+config = {{"configurable": {{"thread_id": "t"}}}}
+for text in ("hi", "again"):
+    graph.invoke({{"turns": [text]}}, config)
+history = list(graph.get_state_history(config))
+print(graph.get_state(config).values["turns"], len(history))
+"""
+    done = subprocess.run(
+        [sys.executable, "-W", "error::ResourceWarning", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("]")[0] + "]" == "['hi', 'reply 1', 'again', 'reply 3']"
