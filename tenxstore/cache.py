@@ -118,13 +118,11 @@ def _make_client(
         raise ConfigError(f"redis_url must be a str, not {type(redis_url).__name__}")
 
     def make() -> Redis:
-        # redis-py's defaults (5 s timeouts, retries with back-off) suit a database,
-        # not a best-effort cache: fail fast and let the database answer.
-        defaults = {
-            "socket_timeout": timeout,
-            "socket_connect_timeout": timeout,
-            "retry": Retry(NoBackoff(), 0),
-        }
+        # redis-py's retries with back-off suit a database, not a best-effort cache:
+        # fail fast and let the database answer. Every call is bounded as a whole by
+        # RedisCache (connecting included), so the client sets no socket timeouts of
+        # its own (each would wrap every read in one more timer).
+        defaults: dict[str, Any] = {"retry": Retry(NoBackoff(), 0)}
         return Redis.from_url(redis_url, **{**defaults, **(options or {})})
 
     return make(), make, True

@@ -85,6 +85,13 @@ class PerLoop(Generic[T]):
             return self.first
         return self._bound.get(loop, self.first)
 
+    def bound(self) -> T | None:
+        """The resource already bound to the running loop (None: call :meth:`get`)."""
+        try:
+            return self._bound.get(asyncio.get_running_loop())
+        except RuntimeError:
+            return None
+
     def all(self) -> list[T]:
         """Every resource in use, ``first`` included."""
         with self._lock:

@@ -27,8 +27,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import re
 import ssl
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -66,7 +66,6 @@ FENCE_SECONDS = 60.0
 MAX_PUT_AGE = 20.0  # well inside FENCE_SECONDS, with room for the call's own timeout
 _MAX_DIRTY = 10_000
 _FENCE_PREFIX = b'{"__checkpoint_fence__":'
-_HEAD = re.compile(rb'^ ?\{"__checkpoint_version__":(\d+)(?:,"__checkpoint_incarnation__":(\d+))?')
 
 Fence = tuple[int, int]
 """(incarnation, version): refuse anything below it."""
@@ -148,6 +147,10 @@ return redis.call('DEL', KEYS[1])
 )
 
 
+async def _nothing() -> None:
+    return None
+
+
 def _sha(script: str) -> str:
     return hashlib.sha1(script.encode()).hexdigest()  # Redis names scripts so
 
@@ -183,14 +186,23 @@ def decode_entry(raw: bytes) -> Entry | None:
     version = data.pop(RESERVED_KEY, None)
     if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= MAX_COUNT:
         raise ValueError(f"a cache entry needs a version from 0 to 2**63-1, not {version!r}")
-    head = _HEAD.match(raw)
-    incarnation = None
-    if head is not None and head[2] is not None:
-        incarnation = int(head[2])
-        if incarnation > MAX_COUNT:
-            raise ValueError(f"a cache entry's incarnation is out of range: {incarnation}")
-        data.pop(INCARNATION_MEMBER, None)
+    incarnation = data.pop(INCARNATION_MEMBER, None)  # a state never holds it (see _body)
+    if incarnation is not None and (
+        isinstance(incarnation, bool)
+        or not isinstance(incarnation, int)
+        or not 0 <= incarnation <= MAX_COUNT
+    ):
+        raise ValueError(f"a cache entry's incarnation is out of range: {incarnation!r}")
     return Entry(data, version, incarnation)
+
+
+async def _within(work: Awaitable[Any], seconds: float) -> Any:
+    """``work``, bounded: in the calling task where asyncio allows it (3.11), which
+    spares a task per call."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await work
+    return await asyncio.wait_for(work, seconds)  # pragma: no cover - Python 3.10
 
 
 def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
@@ -345,10 +357,10 @@ class RedisCache:
             self._remember(pending)
             return None
         try:
-            client = await self._clients.get()
+            client = self._clients.bound() or await self._clients.get()
             if self.dirty:  # what was deleted during an outage is fenced before anything
-                await asyncio.wait_for(self._flush(client), self.timeout)
-            result = await asyncio.wait_for(make(client), self.timeout)
+                await _within(self._flush(client), self.timeout)
+            result = await _within(make(client), self.timeout)
         except asyncio.CancelledError:
             self._remember(pending)  # it may not have got through: make sure later
             raise
@@ -456,13 +468,14 @@ class RedisCache:
     async def get(self, key: str) -> bytes | None:
         """The raw value of ``key`` (None: absent, invalidation pending, or Redis
         unavailable)."""
-        raw: bytes | None = await self.call("get", lambda client: self._get(client, key))
-        return raw
 
-    async def _get(self, client: Any, key: str) -> bytes | None:
-        if self.pending(key):  # decided after the flush, right before the GET is sent
-            return None
-        raw: bytes | None = await client.get(key)
+        def get(client: Any) -> Awaitable[bytes | None]:
+            if key in self.dirty:  # decided after the flush, right before the GET is sent
+                return _nothing()
+            result: Awaitable[bytes | None] = client.get(key)
+            return result
+
+        raw: bytes | None = await self.call("get", get)
         return raw
 
     async def put(

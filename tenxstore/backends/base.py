@@ -11,6 +11,7 @@ outside ``tenxstore/backends`` asks which database it is talking to.
 from __future__ import annotations
 
 import asyncio
+import collections
 import socket
 import time
 from abc import ABC, abstractmethod
@@ -139,15 +140,15 @@ class Borrowed:
     kept between calls so a hot call pays no checkout.
 
     A hot call takes one (the last one given back, or a new checkout), runs its
-    statement on the driver connection, and gives it back; at most ``capacity`` wait
-    idle (the pool's size), the rest return to the pool. The pool still owns every
-    one: its limits bound them, and they go back to it at the loop's shutdown, at
-    ``aclose()``, and after :data:`HOLD_SECONDS` (so the pool can recycle them).
+    statement on the driver connection, and gives it back. At most ``capacity`` (the
+    pool's size) are borrowed at once; a hot call beyond that waits here and is handed
+    the next one given back, without a trip through the pool. The pool still owns
+    every one: its limits bound them, and they go back to it at the loop's shutdown,
+    at ``aclose()``, and after :data:`HOLD_SECONDS` (so the pool can recycle them).
 
-    Nobody waits for the pool while a connection idles here: every checkout (a hot
-    call's, and SQLAlchemy's through :meth:`checkout`) counts itself as waiting, a
-    connection given back while anyone waits goes to the pool (which serves its
-    waiters in turn), and a SQLAlchemy checkout that finds the pool empty first
+    SQLAlchemy's own checkouts never starve: they count themselves as waiting
+    (:meth:`checkout`), a connection given back while one waits goes to the pool
+    (which serves its waiters in turn), and one that finds the pool empty first
     returns an idle connection to it.
     """
 
@@ -158,24 +159,58 @@ class Borrowed:
         pool = engine.sync_engine.pool
         self.capacity = pool.size() if isinstance(pool, QueuePool) else 0
         self._idle: list[tuple[Any, float]] = []
+        self._held = 0  # borrowed now: in use by hot calls, or idle here
         self._waiting = 0  # checkouts waiting for the pool (hot and SQLAlchemy's)
+        self._sqlalchemy_waiting = 0  # of which SQLAlchemy's own
+        self._queue: collections.deque[asyncio.Future[tuple[Any, float] | None]] = (
+            collections.deque()
+        )
         self._giving: set[asyncio.Task[None]] = set()
 
     async def take(self) -> tuple[Any, float]:
         """A pooled connection (its driver connection is ``.driver_connection``) and the
         time it was checked out."""
-        now = time.monotonic()
-        while self._idle:
-            fairy, since = self._idle.pop()
-            if fairy.driver_connection.is_closed() or fairy.driver_connection.is_in_transaction():
-                self.discard(fairy)
-            elif now - since > self.HOLD_SECONDS:
-                await greenlet_spawn(fairy.close)
-            else:
-                return fairy, since
+        while True:
+            now = time.monotonic()
+            while self._idle:
+                fairy, since = self._idle.pop()
+                driver = fairy.driver_connection
+                if driver.is_closed() or driver.is_in_transaction():
+                    self.discard(fairy)
+                elif now - since > self.HOLD_SECONDS:
+                    await self._to_pool(fairy)
+                else:
+                    return fairy, since
+            if self._held < self.capacity or not self.capacity:
+                return await self._checkout(now)
+            handed: asyncio.Future[tuple[Any, float] | None]
+            handed = asyncio.get_running_loop().create_future()
+            self._queue.append(handed)
+            try:
+                got = await handed
+            except asyncio.CancelledError:
+                if handed in self._queue:
+                    self._queue.remove(handed)
+                elif handed.done() and not handed.cancelled():
+                    given = handed.result()
+                    if given is not None:  # handed over as we were cancelled: pass it on
+                        self.give_later(*given)
+                    else:
+                        self._wake()  # a slot came free: pass that on too
+                raise
+            if got is not None:
+                return got
+            # None: a borrowed connection left (closed or broken): check one out
+
+    async def _checkout(self, now: float) -> tuple[Any, float]:
+        self._held += 1
         self._waiting += 1
         try:
             fairy = await self.engine.raw_connection()
+        except BaseException:
+            self._held -= 1
+            self._wake()
+            raise
         finally:
             self._waiting -= 1
         driver: Any = fairy.driver_connection
@@ -184,13 +219,33 @@ class Borrowed:
             raise AssertionError("a pooled connection arrived inside a transaction")
         return fairy, now
 
+    def _wake(self) -> None:
+        """A borrowed connection left: a hot call waiting here may check one out."""
+        while self._queue:
+            waiter = self._queue.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def _to_pool(self, fairy: Any) -> None:
+        self._held -= 1
+        self._wake()
+        await greenlet_spawn(fairy.close)
+
     async def give(self, fairy: Any, since: float) -> None:
-        """Back after a call that left it healthy: idle, or to the pool when a
-        checkout waits for one (or enough are idle)."""
-        if not self._waiting and len(self._idle) < self.capacity:
-            self._idle.append((fairy, since))
-        else:
-            await greenlet_spawn(fairy.close)
+        """Back after a call that left it healthy: to SQLAlchemy when a checkout of its
+        waits, else to a hot call waiting here, else idle (or to the pool when enough
+        are idle)."""
+        if not self._sqlalchemy_waiting:
+            while self._queue:
+                waiter = self._queue.popleft()
+                if not waiter.done():
+                    waiter.set_result((fairy, since))
+                    return
+            if not self._waiting and len(self._idle) < self.capacity:
+                self._idle.append((fairy, since))
+                return
+        await self._to_pool(fairy)
 
     def give_later(self, fairy: Any, since: float) -> None:
         """:meth:`give`, from a caller that may not await (it is being cancelled)."""
@@ -203,13 +258,15 @@ class Borrowed:
         """Around a SQLAlchemy checkout: an empty pool first gets an idle connection
         back, and while the checkout waits, connections given back go to the pool."""
         self._waiting += 1
+        self._sqlalchemy_waiting += 1
         try:
             if self._idle and not self.engine.sync_engine.pool.checkedin():  # type: ignore[attr-defined]
                 fairy, _ = self._idle.pop(0)  # the oldest: the newest stay warm
-                await greenlet_spawn(fairy.close)
+                await self._to_pool(fairy)
             yield
         finally:
             self._waiting -= 1
+            self._sqlalchemy_waiting -= 1
 
     async def settle(self, fairy: Any, since: float) -> None:
         """After a cancelled statement: the driver cancels it on the server, and the
@@ -223,9 +280,10 @@ class Borrowed:
             return
         await self.give(fairy, since)
 
-    @staticmethod
-    def discard(fairy: Any) -> None:
+    def discard(self, fairy: Any) -> None:
         """Never use it again (broken); no await needed."""
+        self._held -= 1
+        self._wake()
         fairy.invalidate()
         fairy.close()
 
@@ -241,7 +299,7 @@ class Borrowed:
         """Give every idle connection back to the pool."""
         idle, self._idle = self._idle, []
         for fairy, _ in idle:
-            await greenlet_spawn(fairy.close)
+            await self._to_pool(fairy)
 
     def forget(self) -> list[Any]:
         """Drop them without a word: their event loop is gone, so they cannot be closed
@@ -251,6 +309,8 @@ class Borrowed:
         drivers = [fairy.driver_connection for fairy, _ in idle]
         for fairy, _ in idle:
             fairy.detach()
+        self._held = 0
+        self._queue.clear()
         return drivers
 
 

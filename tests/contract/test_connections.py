@@ -470,3 +470,41 @@ async def test_sqlite_closed_then_used_again(tmp_path: Path) -> None:
             await repo.aclose()  # as a loop that ends closes its share
     finally:
         await repo.aclose()
+
+
+async def test_hot_calls_beyond_the_pool_wait_their_turn_and_cancel_cleanly(
+    pg_url: str, pg_schema: str
+) -> None:
+    """64 conversations on a pool of 4 (no overflow): hot calls beyond the pool wait for
+    a connection handed from one call to the next; cancelled waiters and holders give
+    theirs on; afterwards every connection is back and SQLAlchemy's calls get one."""
+    repo = CheckpointRepository(
+        pg_url,
+        schema=pg_schema,
+        engine_options={"pool_size": 4, "max_overflow": 0, "pool_timeout": 10},
+    )
+    try:
+        await repo.asetup()
+        configs = [cfg(f"t{i}") for i in range(64)]
+        await asyncio.gather(*(repo.aput_state(c, {"n": 0}) for c in configs))
+
+        async def conversation(config: dict[str, Any]) -> None:
+            for n in range(1, 4):
+                await repo.aget_state(config)
+                await repo.aput_state(config, {"n": n})
+
+        tasks = [asyncio.ensure_future(conversation(c)) for c in configs]
+        await asyncio.sleep(0)
+        for task in tasks[::7]:
+            task.cancel()  # some while they wait their turn, some while they hold one
+        outcomes = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
+        assert all(o is None or isinstance(o, asyncio.CancelledError) for o in outcomes)
+        for config, outcome in zip(configs, outcomes, strict=True):
+            if outcome is None:
+                assert await repo.aget_state(dict(config)) == {"n": 3}
+        await asyncio.wait_for(asyncio.gather(*(repo.aget_messages(c) for c in configs[:8])), 10)
+        pool = repo.engine.sync_engine.pool
+        borrowed = repo.backend._engines.current().borrowed  # introspection only
+        assert pool.checkedout() == len(borrowed._idle)  # nothing leaked
+    finally:
+        await repo.aclose()
