@@ -1,7 +1,9 @@
 """Threads as JSON Lines, and copying them between databases.
 
-One line holds one whole thread (``"format": "tenxstore.thread/1"``): its record,
-retained states, messages with their times, and tool ledger. Lines are written by
+One line holds one whole thread (``"format": "tenxstore.thread/2"``): its record,
+retained states, messages with their times, tool ledger, and LangGraph checkpoints
+and writes (their serialized values in base64). Files of format 1 (without LangGraph
+data) are read too. Lines are written by
 :func:`tenxstore.serde.encode`, so every value round-trips exactly (a line that holds
 a huge integer or a NaN starts with a space, which JSON readers ignore).
 
@@ -17,6 +19,7 @@ resumes where it stopped: threads already copied are unchanged.
 from __future__ import annotations
 
 import collections
+from base64 import b64encode
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -32,6 +35,8 @@ from .serde import decode, encode
 from .types import (
     AuthPolicy,
     ImportOutcome,
+    LangGraphCheckpoint,
+    LangGraphWrite,
     MessageRecord,
     OnConflict,
     StateSnapshot,
@@ -52,7 +57,7 @@ __all__ = [
     "write_exports",
 ]
 
-FORMAT = "tenxstore.thread/1"
+FORMAT = "tenxstore.thread/2"
 OPERATOR: dict[str, Any] = {"auth_policy": AuthPolicy(enforce_user_isolation=False)}
 Id = str | int
 Count = Annotated[int, msgspec.Meta(ge=0)]
@@ -94,12 +99,35 @@ class _ToolCall(msgspec.Struct, forbid_unknown_fields=True):
     lease_expires_at: datetime | None = None
 
 
+class _Checkpoint(msgspec.Struct, forbid_unknown_fields=True):
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_checkpoint_id: str | None
+    type: str
+    checkpoint: bytes  # base64 in JSON
+    metadata: dict[str, Any]
+    created_at: datetime
+
+
+class _Write(msgspec.Struct, forbid_unknown_fields=True):
+    checkpoint_ns: str
+    checkpoint_id: str
+    task_id: str
+    idx: int
+    channel: str
+    type: str
+    value: bytes  # base64 in JSON
+    task_path: str
+
+
 class _Line(msgspec.Struct, forbid_unknown_fields=True):
-    format: Literal["tenxstore.thread/1"]
+    format: Literal["tenxstore.thread/1", "tenxstore.thread/2"]
     thread: _Thread
     states: list[_State]
     messages: list[_Message]
     tool_executions: list[_ToolCall]
+    langgraph_checkpoints: list[_Checkpoint] = []
+    langgraph_writes: list[_Write] = []
 
 
 def _time(value: datetime | None) -> str | None:
@@ -147,6 +175,31 @@ def export_to_json(export: ThreadExport) -> dict[str, Any]:
             }
             for c in export.tool_executions
         ],
+        "langgraph_checkpoints": [
+            {
+                "checkpoint_ns": c.checkpoint_ns,
+                "checkpoint_id": c.checkpoint_id,
+                "parent_checkpoint_id": c.parent_checkpoint_id,
+                "type": c.type,
+                "checkpoint": b64encode(c.checkpoint).decode(),
+                "metadata": c.metadata,
+                "created_at": _time(c.created_at),
+            }
+            for c in export.langgraph_checkpoints
+        ],
+        "langgraph_writes": [
+            {
+                "checkpoint_ns": w.checkpoint_ns,
+                "checkpoint_id": w.checkpoint_id,
+                "task_id": w.task_id,
+                "idx": w.idx,
+                "channel": w.channel,
+                "type": w.type,
+                "value": b64encode(w.value).decode(),
+                "task_path": w.task_path,
+            }
+            for w in export.langgraph_writes
+        ],
     }
 
 
@@ -169,6 +222,12 @@ def export_from_json(data: Any) -> ThreadExport:
         tool_executions=tuple(
             ToolExecution(thread_id=thread.thread_id, **msgspec.structs.asdict(c))
             for c in line.tool_executions
+        ),
+        langgraph_checkpoints=tuple(
+            LangGraphCheckpoint(**msgspec.structs.asdict(c)) for c in line.langgraph_checkpoints
+        ),
+        langgraph_writes=tuple(
+            LangGraphWrite(**msgspec.structs.asdict(w)) for w in line.langgraph_writes
         ),
     )
 

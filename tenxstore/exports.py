@@ -22,6 +22,8 @@ from .types import (
     Commit,
     Imported,
     ImportOutcome,
+    LangGraphCheckpoint,
+    LangGraphWrite,
     MessageRecord,
     OnConflict,
     ThreadExport,
@@ -64,6 +66,7 @@ class ThreadExports:
 
     async def _export(self, conn: AsyncConnection, thread_id: Any) -> ThreadExport | None:
         t, s, m, x = self._store.tables[:4]
+        c, w = self._store.tables.lg_checkpoints, self._store.tables.lg_writes
         row = (await conn.execute(select(*t.c).where(t.c.thread_id == thread_id))).first()
         if row is None:
             return None
@@ -80,6 +83,16 @@ class ThreadExports:
             .where(x.c.thread_id == thread_id)
             .order_by(x.c.started_at, x.c.tool_call_id)
         )
+        checkpoints = await conn.execute(
+            select(*c.c)
+            .where(c.c.thread_id == thread_id)
+            .order_by(c.c.checkpoint_ns, c.c.checkpoint_id)
+        )
+        writes = await conn.execute(
+            select(*w.c)
+            .where(w.c.thread_id == thread_id)
+            .order_by(w.c.checkpoint_ns, w.c.checkpoint_id, w.c.task_id, w.c.idx)
+        )
         return ThreadExport(
             thread=thread_info(row),
             states=tuple(snapshot_of(r) for r in states),
@@ -88,6 +101,31 @@ class ThreadExports:
                 for r in messages
             ),
             tool_executions=tuple(tool_execution(thread_id, r) for r in calls),
+            langgraph_checkpoints=tuple(
+                LangGraphCheckpoint(
+                    r.checkpoint_ns,
+                    r.checkpoint_id,
+                    r.parent_checkpoint_id,
+                    r.type,
+                    bytes(r.checkpoint),
+                    decode(r.metadata),
+                    utc(r.created_at),  # type: ignore[arg-type]
+                )
+                for r in checkpoints
+            ),
+            langgraph_writes=tuple(
+                LangGraphWrite(
+                    r.checkpoint_ns,
+                    r.checkpoint_id,
+                    r.task_id,
+                    r.idx,
+                    r.channel,
+                    r.type,
+                    bytes(r.value),
+                    r.task_path,
+                )
+                for r in writes
+            ),
         )
 
     async def aexport_thread(self, config: dict[str, Any]) -> ThreadExport | None:
@@ -181,7 +219,11 @@ class ThreadExports:
                     replaced = Commit(thread_id, row.user_id, row.incarnation, row.version)
                     done = Imported("replaced", replaced)
                 await conn.execute(insert(t), [new["thread"]])
-                for table, key in ((s, "states"), (m, "messages"), (x, "tool_executions")):
+                lg = (
+                    (store.tables.lg_checkpoints, "lg_checkpoints"),
+                    (store.tables.lg_writes, "lg_writes"),
+                )
+                for table, key in ((s, "states"), (m, "messages"), (x, "tool_executions"), *lg):
                     if new[key]:
                         await conn.execute(insert(table), new[key])
                 outcomes.append(done)
@@ -272,6 +314,15 @@ def import_rows(export: ThreadExport, id_type: IdType, user_id_type: IdType) -> 
         )
     if len({c["tool_call_id"] for c in calls}) != len(calls):
         raise ConfigError("tool_executions: two calls have the same tool_call_id")
+    checkpoints = [
+        _lg_checkpoint(thread_id, i, c) for i, c in enumerate(export.langgraph_checkpoints)
+    ]
+    if len({(c["checkpoint_ns"], c["checkpoint_id"]) for c in checkpoints}) != len(checkpoints):
+        raise ConfigError("langgraph_checkpoints: two have the same namespace and id")
+    writes = [_lg_write(thread_id, i, w) for i, w in enumerate(export.langgraph_writes)]
+    keys = {(w["checkpoint_ns"], w["checkpoint_id"], w["task_id"], w["idx"]) for w in writes}
+    if len(keys) != len(writes):
+        raise ConfigError("langgraph_writes: two have the same checkpoint, task and index")
     return {
         "thread": {
             "thread_id": thread_id,
@@ -305,4 +356,57 @@ def import_rows(export: ThreadExport, id_type: IdType, user_id_type: IdType) -> 
             for mid, r in zip(message_ids, export.messages, strict=True)
         ],
         "tool_executions": calls,
+        "lg_checkpoints": checkpoints,
+        "lg_writes": writes,
+    }
+
+
+def _text(value: object, what: str, limit: int) -> str:
+    if not isinstance(value, str) or len(value) > limit:
+        raise ConfigError(f"{what} must be a str of at most {limit} characters")
+    Store.encode_object({"v": value}, what)  # valid Unicode (no lone surrogates)
+    return value
+
+
+def _blob(value: object, what: str) -> bytes:
+    if not isinstance(value, (bytes, bytearray)):
+        raise ConfigError(f"{what} must be bytes, not {type(value).__name__}")
+    return bytes(value)
+
+
+def _lg_checkpoint(thread_id: Any, i: int, c: Any) -> dict[str, Any]:
+    where = f"langgraph_checkpoints[{i}]"
+    if not isinstance(c, LangGraphCheckpoint):
+        raise ConfigError(f"{where} must be a LangGraphCheckpoint")
+    parent = c.parent_checkpoint_id
+    return {
+        "thread_id": thread_id,
+        "checkpoint_ns": _text(c.checkpoint_ns, f"{where}.checkpoint_ns", 255),
+        "checkpoint_id": _text(c.checkpoint_id, f"{where}.checkpoint_id", 64),
+        "parent_checkpoint_id": None
+        if parent is None
+        else _text(parent, f"{where}.parent_checkpoint_id", 64),
+        "type": _text(c.type, f"{where}.type", 64),
+        "checkpoint": _blob(c.checkpoint, f"{where}.checkpoint"),
+        "metadata": Store.encode_object(c.metadata, f"{where}.metadata"),
+        "created_at": _datetime(c.created_at, f"{where}.created_at"),
+    }
+
+
+def _lg_write(thread_id: Any, i: int, w: Any) -> dict[str, Any]:
+    where = f"langgraph_writes[{i}]"
+    if not isinstance(w, LangGraphWrite):
+        raise ConfigError(f"{where} must be a LangGraphWrite")
+    if isinstance(w.idx, bool) or not isinstance(w.idx, int) or not -(2**31) <= w.idx < 2**31:
+        raise ConfigError(f"{where}.idx must be an int that a 32-bit column holds")
+    return {
+        "thread_id": thread_id,
+        "checkpoint_ns": _text(w.checkpoint_ns, f"{where}.checkpoint_ns", 255),
+        "checkpoint_id": _text(w.checkpoint_id, f"{where}.checkpoint_id", 64),
+        "task_id": _text(w.task_id, f"{where}.task_id", 255),
+        "idx": w.idx,
+        "channel": _text(w.channel, f"{where}.channel", 10_000),
+        "type": _text(w.type, f"{where}.type", 64),
+        "value": _blob(w.value, f"{where}.value"),
+        "task_path": _text(w.task_path, f"{where}.task_path", 10_000),
     }

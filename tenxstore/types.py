@@ -12,6 +12,8 @@ __all__ = [
     "Health",
     "ImportOutcome",
     "Imported",
+    "LangGraphCheckpoint",
+    "LangGraphWrite",
     "MessageRecord",
     "OnConflict",
     "StateSnapshot",
@@ -121,14 +123,45 @@ class MessageRecord:
 
 
 @dataclass(frozen=True)
+class LangGraphCheckpoint:
+    """A LangGraph checkpoint as :mod:`tenxstore.langgraph` stores it (the value as
+    LangGraph's serde wrote it: ``type`` and ``checkpoint`` bytes)."""
+
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_checkpoint_id: str | None
+    type: str
+    checkpoint: bytes
+    metadata: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class LangGraphWrite:
+    """A pending write of a LangGraph task, as :mod:`tenxstore.langgraph` stores it."""
+
+    checkpoint_ns: str
+    checkpoint_id: str
+    task_id: str
+    idx: int
+    channel: str
+    type: str
+    value: bytes
+    task_path: str
+
+
+@dataclass(frozen=True)
 class ThreadExport:
     """Everything a store holds of one thread: its record, retained states (newest
-    first), messages (in order) and tool ledger. ``aimport_thread`` writes it back."""
+    first), messages (in order), tool ledger, and LangGraph checkpoints and writes.
+    ``aimport_thread`` writes it back."""
 
     thread: ThreadInfo
     states: tuple[StateSnapshot, ...]
     messages: tuple[MessageRecord, ...]
     tool_executions: tuple[ToolExecution, ...]
+    langgraph_checkpoints: tuple[LangGraphCheckpoint, ...] = ()
+    langgraph_writes: tuple[LangGraphWrite, ...] = ()
 
 
 @dataclass(frozen=True)

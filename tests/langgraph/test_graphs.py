@@ -227,3 +227,48 @@ print(graph.get_state(config).values["turns"], len(history))
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split("]")[0] + "]" == "['hi', 'reply 1', 'again', 'reply 3']"
+
+
+async def test_a_graphs_thread_moves_with_copy_export_and_import(
+    tmp_path: Path, pg_url: str, pg_schema: str
+) -> None:
+    """`tenxstore copy` SQLite -> PostgreSQL carries the LangGraph checkpoints and writes
+    (and verifies them): the same graph on the destination shows the same state and
+    history; export and import of the file round-trip them too."""
+    import tenxstore
+
+    source = tenxstore.SqliteCheckpointer(tmp_path / "lg.db", enforce_user_isolation=False)
+    await source.asetup()
+    graph = chat_graph(TenxCheckpointSaver(source))
+    for text in ("one", "two"):
+        await graph.ainvoke({"turns": [text]}, run("t"))
+    before = [(s.values, s.next) async for s in graph.aget_state_history(run("t"))]
+    await source.aclose()
+    tenx = str(Path(sys.executable).with_name("tenxstore"))
+    source_url = f"sqlite:///{tmp_path / 'lg.db'}"
+    command = [tenx, "copy", source_url, pg_url, "--destination-schema", pg_schema]
+    copied = await asyncio.to_thread(
+        subprocess.run, command, capture_output=True, text=True, check=False
+    )
+    assert copied.returncode == 0, copied.stderr
+    destination = tenxstore.CheckpointRepository(
+        pg_url, schema=pg_schema, enforce_user_isolation=False
+    )
+    try:
+        moved = chat_graph(TenxCheckpointSaver(destination))
+        after = [(s.values, s.next) async for s in moved.aget_state_history(run("t"))]
+        assert after == before and len(after) >= 6
+        export = await destination.aexport_thread({"thread_id": "t"})
+        assert export is not None and len(export.langgraph_checkpoints) == len(before)
+        dump = tmp_path / "t.jsonl"
+        from tenxstore import archive
+
+        assert await archive.export_threads(destination, dump, ["t"]) == 1
+        await destination.aclean_thread({"thread_id": "t"})
+        assert (await archive.import_file(destination, dump))["created"] == 1
+        again = [(s.values, s.next) async for s in moved.aget_state_history(run("t"))]
+        assert again == before
+        result = await moved.ainvoke({"turns": ["three"]}, run("t"))  # and it goes on
+        assert result["turns"][-2:] == ["three", "reply 5"]
+    finally:
+        await destination.aclose()
