@@ -252,6 +252,31 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         config = self._authority(thread_id, "adelete_thread")
         await self.checkpointer.aclean_thread(config["configurable"])
 
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) of these runs (``run_id`` in their
+        metadata), in the threads the saver's authority covers: its user's, or every
+        thread for an operator's saver.
+
+        Raises:
+            ConfigError: Isolation applies and the saver has no authority (see class).
+        """
+        if isinstance(run_ids, str) or not all(isinstance(r, str) for r in run_ids):
+            raise ConfigError("run_ids must be a sequence of str")
+        config = self._scoped(None)
+        conf = config["configurable"]
+        unbound = conf.get("user_id") is None and conf.get("auth_policy") is None
+        if unbound and self.checkpointer.enforce_user_isolation:
+            raise ConfigError(
+                "adelete_for_runs names no user, and user isolation applies: bind the "
+                "saver to the user (saver.for_user(user_id)), or give an operator's saver "
+                "auth_policy=AuthPolicy(enforce_user_isolation=False)"
+            )
+        await self._tables.delete_runs(conf, list(run_ids))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Synchronous :meth:`adelete_for_runs`."""
+        _SYNC.run(self.adelete_for_runs(run_ids), "adelete_for_runs")
+
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Keep only the newest checkpoint per namespace (``"keep_latest"``), or delete
         every checkpoint (``"delete"``), of each thread (with the saver's authority)."""

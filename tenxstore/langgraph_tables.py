@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import and_, delete, func, insert, select
+from sqlalchemy import and_, delete, func, insert, or_, select
 
 from .config import RunIds, recorded_incarnation
 from .errors import StaleStateError
@@ -261,6 +261,42 @@ class LangGraphTables:
         return [
             (row, writes[(row.thread_id, row.checkpoint_ns, row.checkpoint_id)]) for row in rows
         ]
+
+    async def delete_runs(self, config: dict[str, Any], run_ids: list[str]) -> int:
+        """Delete the checkpoints (and their writes) whose metadata names one of
+        ``run_ids``, in the threads the caller may see; how many were deleted.
+
+        Found by each id's JSON text in the metadata (SQL), checked exactly, then
+        deleted thread by thread under the thread's lock.
+        """
+        store = self._store
+        c, w, t = store.tables.lg_checkpoints, store.tables.lg_writes, store.tables.threads
+        ids = store.ids(config, need_thread=False)
+        wanted = set(run_ids)
+        if not wanted:
+            return 0
+        stmt = select(c.c.thread_id, c.c.checkpoint_ns, c.c.checkpoint_id, c.c.metadata)
+        if ids.isolated:
+            stmt = stmt.join(t, t.c.thread_id == c.c.thread_id).where(t.c.user_id == ids.user_id)
+        fragments = [_json_pair("run_id", run) for run in sorted(wanted)]
+        if all(f is not None for f in fragments):
+            stmt = stmt.where(or_(*(c.c.metadata.like(f"%{f}%", escape="\\") for f in fragments)))
+        found: dict[Any, list[tuple[str, str]]] = {}
+        for row in await store.read(stmt):
+            if decode(row.metadata).get("run_id") in wanted:
+                found.setdefault(row.thread_id, []).append((row.checkpoint_ns, row.checkpoint_id))
+        for thread_id, doomed in found.items():
+            async with store.write(thread_id) as (conn, _):
+                for ns, checkpoint_id in doomed:
+                    for table in (w, c):
+                        await conn.execute(
+                            delete(table).where(
+                                table.c.thread_id == thread_id,
+                                table.c.checkpoint_ns == ns,
+                                table.c.checkpoint_id == checkpoint_id,
+                            )
+                        )
+        return sum(len(doomed) for doomed in found.values())
 
     async def prune(self, configs: Iterable[dict[str, Any]], keep_latest: bool) -> None:
         """Keep only each namespace's newest checkpoint (with its writes), or nothing, of

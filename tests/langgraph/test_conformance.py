@@ -75,3 +75,5 @@ async def test_conformance(backend: str, tmp_path: Path) -> None:
     required_failures = [f for f in failures if f.split("/")[0] in REQUIRED]
     assert required_failures == []
     assert report.passed_all_base()
+    for capability in ("copy_thread", "prune", "delete_for_runs"):  # the optional ones
+        assert results["results"][capability]["passed"], capability

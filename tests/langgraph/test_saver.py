@@ -197,3 +197,20 @@ async def test_a_run_from_before_a_delete_or_a_replace_never_writes(backend: Bac
     # A run that starts after the delete writes as usual.
     fresh = await put(saver, root("t"), 0)
     assert (await put(saver, fresh, 1))["configurable"]["checkpoint_id"]
+
+
+async def test_delete_for_runs_acts_within_the_savers_authority(backend: Backend) -> None:
+    cp = await backend.make()
+    saver = TenxCheckpointSaver(cp)
+    alice, bob = saver.for_user("alice"), saver.for_user("bob")
+    for who, thread in ((alice, "a"), (bob, "b")):
+        checkpoint = empty_checkpoint()
+        await who.aput(root(thread), checkpoint, {"run_id": "run-1", "step": 0}, {})
+    with pytest.raises(ConfigError, match="for_user"):
+        await saver.adelete_for_runs(["run-1"])  # no user, isolation on: refused
+    await alice.adelete_for_runs(["run-1"])
+    assert await alice.aget_tuple(root("a")) is None
+    assert await bob.aget_tuple(root("b")) is not None  # another user's run is untouched
+    operator = TenxCheckpointSaver(cp, auth_policy=AuthPolicy(enforce_user_isolation=False))
+    await operator.adelete_for_runs(["run-1"])
+    assert await bob.aget_tuple(root("b")) is None
