@@ -26,7 +26,7 @@ method).
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 try:
@@ -38,6 +38,8 @@ try:
         Checkpoint,
         CheckpointMetadata,
         CheckpointTuple,
+        DeltaChannelHistory,
+        PendingWrite,
         get_checkpoint_id,
         get_checkpoint_metadata,
     )
@@ -58,6 +60,7 @@ __all__ = ["HEAD_KEY", "TenxCheckpointSaver"]
 HEAD_KEY = "_checkpoint_head"
 """In a config the saver returns: the namespace's newest checkpoint when it was read."""
 _SYNC = BackgroundLoop("tenxstore-langgraph")
+_DELTA_BATCH = 100  # ancestors read per query while looking for DeltaChannel seeds
 
 
 def _configurable(config: RunnableConfig | None) -> dict[str, Any]:
@@ -364,6 +367,47 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         for row, writes in rows:
             yield self._tuple(row, writes)
 
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """LangGraph's walk of the parent chain for ``DeltaChannel`` values (beta), read
+        from the database in one query for the chain and one per batch of ancestors
+        (not one per ancestor): per channel, the writes on the path oldest first, and
+        the nearest stored value as the seed."""
+        if not channels:
+            return {}
+        scoped = self._scoped(config)
+        conf = scoped["configurable"]
+        ns = conf.get("checkpoint_ns", "")
+        chain = await self._tables.ancestors(scoped, ns, get_checkpoint_id(config))
+        collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
+        seeds: dict[str, Any] = {}
+        remaining = set(channels)
+        for start in range(0, len(chain), _DELTA_BATCH):
+            batch = chain[start : start + _DELTA_BATCH]
+            rows = await self._tables.rows(scoped, ns, None, None, None, among=batch)
+            by_id = {row.checkpoint_id: (row, writes) for row, writes in rows}
+            for checkpoint_id in batch:  # parent first
+                if not remaining or checkpoint_id not in by_id:
+                    break
+                found = self._tuple(*by_id[checkpoint_id])
+                for write in reversed(found.pending_writes or []):
+                    if write[1] in remaining:
+                        collected[write[1]].append(write)
+                values = found.checkpoint["channel_values"]
+                for channel in [c for c in remaining if c in values]:
+                    seeds[channel] = values[channel]
+                    remaining.discard(channel)
+            if not remaining:
+                break
+        result: dict[str, DeltaChannelHistory] = {}
+        for channel in channels:
+            entry: DeltaChannelHistory = {"writes": list(reversed(collected[channel]))}
+            if channel in seeds:
+                entry["seed"] = seeds[channel]
+            result[channel] = entry
+        return result
+
     # -- the synchronous API: the same calls, run on a background event loop ------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -417,3 +461,10 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Synchronous :meth:`aprune`."""
         _SYNC.run(self.aprune(thread_ids, strategy=strategy), "aprune")
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Synchronous :meth:`aget_delta_channel_history`."""
+        work = self.aget_delta_channel_history(config=config, channels=channels)
+        return _SYNC.run(work, "aget_delta_channel_history")

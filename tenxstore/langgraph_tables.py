@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import and_, delete, func, insert, or_, select
+from sqlalchemy import and_, delete, func, insert, literal, or_, select
 
 from .config import RunIds, recorded_incarnation
 from .errors import StaleStateError
@@ -182,6 +182,7 @@ class LangGraphTables:
         before: str | None,
         limit: int | None,
         metadata: dict[str, Any] | None = None,
+        among: list[str] | None = None,
     ) -> list[tuple[Any, list[Any]]]:
         """Checkpoints newest first (with their writes), narrowed as asked.
 
@@ -189,7 +190,8 @@ class LangGraphTables:
         while isolation applies, every thread otherwise. ``metadata`` keeps the
         checkpoints whose metadata has those top-level values: narrowed in SQL by
         each pair's JSON text (for keys and values whose text is plain), then checked
-        exactly; writes are read only for the checkpoints returned.
+        exactly; writes are read only for the checkpoints returned. ``among`` keeps
+        those checkpoint ids only.
         """
         store = self._store
         c, w = store.tables.lg_checkpoints, store.tables.lg_writes
@@ -216,6 +218,8 @@ class LangGraphTables:
             stmt = stmt.where(c.c.checkpoint_ns == ns)
         if checkpoint_id is not None:
             stmt = stmt.where(c.c.checkpoint_id == checkpoint_id)
+        if among is not None:
+            stmt = stmt.where(c.c.checkpoint_id.in_(among))
         if before is not None:
             stmt = stmt.where(c.c.checkpoint_id < before)
         for name, value in (metadata or {}).items():
@@ -261,6 +265,35 @@ class LangGraphTables:
         return [
             (row, writes[(row.thread_id, row.checkpoint_ns, row.checkpoint_id)]) for row in rows
         ]
+
+    async def ancestors(
+        self, config: dict[str, Any], ns: str, checkpoint_id: str | None
+    ) -> list[str]:
+        """The ids of a checkpoint's ancestors, parent first, in ONE query (a recursive
+        walk of the parent links); [] when it is absent or not the caller's."""
+        store = self._store
+        c = store.tables.lg_checkpoints
+        ids = store.ids(config)
+        here = and_(c.c.thread_id == store.visible_thread(ids), c.c.checkpoint_ns == ns)
+        start = select(c.c.checkpoint_id, c.c.parent_checkpoint_id, literal(0).label("depth"))
+        if checkpoint_id is None:
+            newest = select(func.max(c.c.checkpoint_id)).where(here).scalar_subquery()
+            start = start.where(here, c.c.checkpoint_id == newest)
+        else:
+            start = start.where(here, c.c.checkpoint_id == checkpoint_id)
+        chain = start.cte("chain", recursive=True)
+        step = c.alias("step")
+        chain = chain.union_all(
+            select(step.c.checkpoint_id, step.c.parent_checkpoint_id, chain.c.depth + 1).where(
+                step.c.thread_id == ids.thread_id,
+                step.c.checkpoint_ns == ns,
+                step.c.checkpoint_id == chain.c.parent_checkpoint_id,
+            )
+        )
+        rows = await store.read(
+            select(chain.c.checkpoint_id).where(chain.c.depth > 0).order_by(chain.c.depth)
+        )
+        return [row.checkpoint_id for row in rows]
 
     async def delete_runs(self, config: dict[str, Any], run_ids: list[str]) -> int:
         """Delete the checkpoints (and their writes) whose metadata names one of
