@@ -29,7 +29,6 @@ import os
 import platform
 import random
 import statistics
-import string
 import time
 import uuid
 from collections import defaultdict
@@ -42,29 +41,20 @@ from typing import Any
 import asyncpg
 import orjson
 from redis.asyncio import Redis
+from workload import (
+    PG_URL,
+    REDIS_URL,
+    ROOT,
+    drop_schema,
+    make_schema,
+    next_state,
+    pct,
+    words,
+)
 
 from tenxstore import CheckpointRepository, PgCheckpointer, SqliteCheckpointer, StaleStateError
 from tenxstore.cache import cache_key
 from tenxstore.serde import decode, encode_state
-
-PG_URL = os.environ.get("TENXSTORE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("TENXSTORE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
-ROOT = Path(__file__).resolve().parents[1]
-ALPHABET = string.ascii_letters + string.digits + " "
-
-
-def words(rng: random.Random, n: int = 200) -> str:
-    return "".join(rng.choice(ALPHABET) for _ in range(n))
-
-
-def next_state(turn: int, context: list[dict[str, Any]], rng: random.Random) -> dict[str, Any]:
-    return {
-        "step": turn,
-        "summary": words(rng, 120),
-        "context": context[-20:],
-        "custom": {"mood": rng.choice(["calm", "busy"]), "score": rng.random(), "turn": turn},
-    }
-
 
 # -- systems -------------------------------------------------------------------------
 
@@ -193,22 +183,6 @@ class LangGraph:
         self.config = await self.saver.aput(
             self.config, checkpoint, metadata, dict.fromkeys(values, self.turn)
         )
-
-
-async def make_schema(url: str, schema: str) -> None:
-    con = await asyncpg.connect(url)
-    try:
-        await con.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE; CREATE SCHEMA "{schema}"')
-    finally:
-        await con.close()
-
-
-async def drop_schema(url: str, schema: str) -> None:
-    con = await asyncpg.connect(url)
-    try:
-        await con.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    finally:
-        await con.close()
 
 
 async def schema_bytes(url: str, schema: str) -> tuple[int, int]:
@@ -431,11 +405,6 @@ async def throughput(threads: int, turns: int) -> dict[str, float]:
 
 
 # -- reporting -----------------------------------------------------------------------
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def ms(seconds: float) -> str:
