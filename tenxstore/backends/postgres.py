@@ -6,7 +6,9 @@ Session mode (:class:`PostgresBackend`):
       ``SELECT ... FOR UPDATE``; a ``BEGIN`` that fails on a connection found dead
       never started a transaction and is tried once more on a fresh connection;
     * the state write is ONE statement of data-modifying CTEs;
-    * ``lock_timeout`` is a session setting, set when a connection opens.
+    * ``lock_timeout`` is a session setting, set when a connection opens, with
+      ``client_connection_check_interval`` (PostgreSQL 14+): a statement whose client
+      is gone is ended by the server, not left to commit when its lock frees.
 
 Behind a transaction pooler (:class:`PgBouncerBackend`) a statement outside a
 transaction may be parsed and executed on different server connections, and a
@@ -58,6 +60,9 @@ from .driver import DriverStatement
 __all__ = ["PgBouncerBackend", "PostgresBackend", "transaction_pooling_args"]
 
 _LOCK_NOT_AVAILABLE = "55P03"
+#: How often (ms) the server looks whether the client of a running statement is
+#: still there (``client_connection_check_interval``, PostgreSQL 14+).
+CLIENT_CHECK_MS = 1000
 _BORROWED = "_tenxstore_borrowed"
 
 
@@ -425,18 +430,28 @@ class PostgresBackend(Backend):
 
     @classmethod
     def prepare(cls, engine: AsyncEngine, lock_timeout: float | None) -> None:
-        """Set ``lock_timeout`` on every connection the engine opens (once per engine)."""
+        """Set the session's settings on every connection the engine opens (once per
+        engine), in one statement: ``lock_timeout``, and on PostgreSQL 14+
+        ``client_connection_check_interval``, so that a statement whose client is gone
+        (a broken link while it waits for a row lock) is ended by the server within
+        :data:`CLIENT_CHECK_MS` instead of committing whenever the lock frees."""
         sync = engine.sync_engine
-        if getattr(sync, "_tenxstore_prepared", False) or lock_timeout is None:
+        if getattr(sync, "_tenxstore_prepared", False):
             return
         sync._tenxstore_prepared = True  # type: ignore[attr-defined]  # a marker of ours
-        wait_ms = timeout_ms(lock_timeout)
+        settings = {} if lock_timeout is None else {"lock_timeout": timeout_ms(lock_timeout)}
 
         @event.listens_for(sync, "connect")
         def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            wanted = dict(settings)
+            if dbapi_connection.driver_connection.get_server_version().major >= 14:
+                wanted["client_connection_check_interval"] = CLIENT_CHECK_MS
+            if not wanted:
+                return
+            sets = ", ".join(f"set_config('{name}', '{ms}', false)" for name, ms in wanted.items())
             cursor = dbapi_connection.cursor()
             try:
-                cursor.execute(f"SET lock_timeout = {wait_ms}")
+                cursor.execute(f"SELECT {sets}")
             finally:
                 cursor.close()
             # The adapter ran it in a transaction of its own: end it, so the connection
