@@ -15,6 +15,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .errors import ConfigError, ImportConflict
+from .langgraph_tables import run_id_of
 from .serde import decode, encode, encode_state
 from .statements import snapshot_of, thread_info, tool_execution, utc
 from .store import Store, message_role
@@ -390,6 +391,7 @@ def _lg_checkpoint(thread_id: Any, i: int, c: Any) -> dict[str, Any]:
         "checkpoint": _blob(c.checkpoint, f"{where}.checkpoint"),
         "metadata": Store.encode_object(c.metadata, f"{where}.metadata"),
         "created_at": _datetime(c.created_at, f"{where}.created_at"),
+        "run_id": run_id_of(c.metadata),
     }
 
 

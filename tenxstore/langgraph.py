@@ -14,7 +14,9 @@ Beyond LangGraph's own savers:
 * **nothing written after a delete or a replace**: a checkpoint read carries its
   thread's incarnation into the run's writes, which are refused once the thread was
   deleted or replaced since (a parent that no longer exists likewise);
-* **bounded history**: ``history_limit`` keeps the newest N checkpoints per namespace.
+* **bounded history**: ``history_limit`` (default 100) keeps the newest N checkpoints
+  per namespace, and what they still need: the head of every branch, and the
+  ancestors their ``DeltaChannel`` values are rebuilt from.
 
 Needs the ``langgraph`` extra. Sync graphs work too (``invoke``, ``get_state``...):
 the synchronous methods run the async ones on a background event loop, from any thread
@@ -49,13 +51,18 @@ except ImportError as exc:  # pragma: no cover - the message is the point
 
 from .config import INCARNATION_KEY
 from .errors import ConfigError
+from .langgraph_tables import run_id_of
 from .loops import BackgroundLoop
 from .protocol import Checkpointer
 from .serde import decode, encode
 from .types import AuthPolicy
 from .validate import check_id
 
-__all__ = ["HEAD_KEY", "TenxCheckpointSaver"]
+__all__ = ["DEFAULT_HISTORY_LIMIT", "HEAD_KEY", "TenxCheckpointSaver"]
+
+DEFAULT_HISTORY_LIMIT = 100
+"""Checkpoints kept per thread and namespace unless told otherwise: about 25 turns of
+a graph that writes four checkpoints a turn."""
 
 HEAD_KEY = "_checkpoint_head"
 """In a config the saver returns: the namespace's newest checkpoint when it was read."""
@@ -81,7 +88,11 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             ``enforce_user_isolation`` on, put ``user_id`` into the run's
             ``configurable`` (or bind the saver to the user).
         serde: LangGraph serializer (default: LangGraph's ``JsonPlusSerializer``).
-        history_limit: Checkpoints kept per thread and namespace (None: all).
+        history_limit: Checkpoints kept per thread and namespace (None: all). The
+            newest ``history_limit`` are kept, with the head of every branch (a fork
+            or a run left at an interrupt) and the ancestors their ``DeltaChannel``
+            values are rebuilt from; the rest is pruned when the namespace has grown
+            by a tenth of the limit since the last prune.
         user_id: Act for this user: configs without a ``user_id`` get it, a config
             naming another user is refused, and the config-less calls are scoped to it.
         auth_policy: An ``AuthPolicy`` made by server code that applies to every call
@@ -94,7 +105,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         checkpointer: Checkpointer,
         *,
         serde: SerializerProtocol | None = None,
-        history_limit: int | None = None,
+        history_limit: int | None = DEFAULT_HISTORY_LIMIT,
         user_id: Any = None,
         auth_policy: AuthPolicy | None = None,
     ) -> None:
@@ -195,7 +206,8 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         ns = conf.get("checkpoint_ns", "")
         parent = conf.get("checkpoint_id")
         typed = self.serde.dumps_typed(dict(checkpoint))
-        meta = encode(get_checkpoint_metadata(config, metadata), "metadata")
+        full_metadata = get_checkpoint_metadata(config, metadata)
+        meta = encode(full_metadata, "metadata")
         seen = conf.get(HEAD_KEY)
         incarnation = await self._tables.put(
             scoped,
@@ -206,6 +218,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             meta,
             self.history_limit,
             seen_head=seen if isinstance(seen, str) else None,
+            run_id=run_id_of(dict(full_metadata)),
         )
         return {
             "configurable": {

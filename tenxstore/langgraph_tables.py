@@ -8,19 +8,21 @@ serde; this module stores and finds them.
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import and_, delete, func, insert, literal, or_, select
+from sqlalchemy import and_, delete, func, insert, literal, select
 
 from .config import RunIds, recorded_incarnation
 from .errors import StaleStateError
 from .serde import decode
 from .store import Store
 
-__all__ = ["LangGraphTables"]
+__all__ = ["LangGraphTables", "needed", "run_id_of"]
 
-_BATCH = 500  # checkpoints whose writes are read in one query
+_BATCH = 500  # checkpoints whose writes are read (or deleted) in one statement
+_REMEMBERED = 4096  # namespaces whose last prune this process remembers
 
 
 _PLAIN = re.compile(r"[A-Za-z0-9 ._:/@+-]*")
@@ -47,11 +49,50 @@ def _has_metadata(text: str, wanted: dict[str, Any]) -> bool:
     return all(found.get(key) == value for key, value in wanted.items())
 
 
+def run_id_of(metadata: dict[str, Any]) -> str | None:
+    """The ``run_id`` column of a checkpoint: its metadata's, when a short string."""
+    run_id = metadata.get("run_id")
+    return run_id if isinstance(run_id, str) and len(run_id) <= 255 else None
+
+
+def needed(rows: Iterable[Any], newest: int, *, branches: bool = True) -> set[str]:
+    """The checkpoints of one namespace that pruning keeps: the ``newest`` newest,
+    with ``branches`` the head of every branch (a fork's, or an interrupted run's that
+    was left for another), and, for each of these, the ancestors its ``DeltaChannel``
+    values are rebuilt from (LangGraph walks the parents back to the checkpoint
+    holding the channel's last snapshot: the nearest one whose metadata counts no
+    updates of it since). ``rows`` have ``checkpoint_id``, ``parent_checkpoint_id``
+    and ``metadata``."""
+    rows = list(rows)
+    parent = {r.checkpoint_id: r.parent_checkpoint_id for r in rows}
+    counters: dict[str, set[str]] = {}
+    for r in rows:
+        if "counters_since_delta_snapshot" in r.metadata:
+            found = decode(r.metadata).get("counters_since_delta_snapshot")
+            if isinstance(found, dict) and found:
+                counters[r.checkpoint_id] = set(found)
+    ordered = sorted(parent, reverse=True)
+    has_child = {p for p in parent.values() if p is not None}
+    keep = set(ordered[:newest])
+    if branches:
+        keep |= {i for i in ordered if i not in has_child}
+    for start in list(keep):
+        pending = counters.get(start, set())
+        at = parent.get(start)
+        while pending and at is not None and at in parent:
+            keep.add(at)
+            pending = pending & counters.get(at, set())  # a snapshot ends a channel's walk
+            at = parent[at]
+    return keep
+
+
 class LangGraphTables:
     """LangGraph checkpoints and writes of a repository's threads."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        # (thread, namespace) -> checkpoints its last prune kept (in this process)
+        self._kept: OrderedDict[tuple[Any, str], int] = OrderedDict()
 
     async def put(
         self,
@@ -63,6 +104,7 @@ class LangGraphTables:
         metadata: str,
         history_limit: int | None,
         seen_head: str | None = None,
+        run_id: str | None = None,
     ) -> int:
         """Store one checkpoint; return the thread's incarnation.
 
@@ -76,7 +118,7 @@ class LangGraphTables:
         StaleStateError with ``replaced``.
         """
         ids = self._store.ids(config)
-        c, w = self._store.tables.lg_checkpoints, self._store.tables.lg_writes
+        c = self._store.tables.lg_checkpoints
         here = and_(c.c.thread_id == ids.thread_id, c.c.checkpoint_ns == ns)
         now = self._store.now()
         async with self._store.write(ids.thread_id) as (conn, locked):
@@ -108,27 +150,59 @@ class LangGraphTables:
                     checkpoint=typed[1],
                     metadata=metadata,
                     created_at=now,
+                    run_id=run_id,
                 )
             )
             if history_limit is not None:
-                beyond = (
-                    select(c.c.checkpoint_id)
-                    .where(here)
-                    .order_by(c.c.checkpoint_id.desc())
-                    .offset(history_limit)
-                )
-                doomed = (await conn.execute(beyond)).scalars().all()
-                if doomed:
-                    await conn.execute(delete(c).where(here, c.c.checkpoint_id.in_(doomed)))
-                    await conn.execute(
-                        delete(w).where(
-                            w.c.thread_id == ids.thread_id,
-                            w.c.checkpoint_ns == ns,
-                            w.c.checkpoint_id.in_(doomed),
-                        )
-                    )
+                await self._bound(conn, ids.thread_id, ns, history_limit)
         incarnation: int = row.incarnation
         return incarnation
+
+    async def _bound(self, conn: Any, thread_id: Any, ns: str, limit: int) -> None:
+        """Prune a namespace past ``limit`` checkpoints, keeping what is still needed
+        (:func:`needed`). Looked at when the namespace holds ``limit / 10`` more than
+        it kept last time (one indexed probe per put), not at every put."""
+        c = self._store.tables.lg_checkpoints
+        key = (thread_id, ns)
+        kept = self._kept.pop(key, limit)
+        self._kept[key] = kept
+        while len(self._kept) > _REMEMBERED:
+            self._kept.popitem(last=False)
+        probe = (
+            select(c.c.checkpoint_id)
+            .where(c.c.thread_id == thread_id, c.c.checkpoint_ns == ns)
+            .order_by(c.c.checkpoint_id.desc())
+            .offset(max(kept, limit) + max(limit // 10, 1) - 1)
+            .limit(1)
+        )
+        if (await conn.execute(probe)).first() is not None:
+            self._kept[key] = await self._prune_namespace(conn, thread_id, ns, limit)
+
+    async def _prune_namespace(
+        self, conn: Any, thread_id: Any, ns: str, newest: int, *, branches: bool = True
+    ) -> int:
+        """Delete a namespace's checkpoints (and writes) but the newest ``newest`` and
+        what they need (:func:`needed`); how many are kept."""
+        c, w = self._store.tables.lg_checkpoints, self._store.tables.lg_writes
+        here = and_(c.c.thread_id == thread_id, c.c.checkpoint_ns == ns)
+        rows = (
+            await conn.execute(
+                select(c.c.checkpoint_id, c.c.parent_checkpoint_id, c.c.metadata).where(here)
+            )
+        ).all()
+        keep = needed(rows, newest, branches=branches)
+        doomed = [r.checkpoint_id for r in rows if r.checkpoint_id not in keep]
+        for start in range(0, len(doomed), _BATCH):
+            batch = doomed[start : start + _BATCH]
+            await conn.execute(
+                delete(w).where(
+                    w.c.thread_id == thread_id,
+                    w.c.checkpoint_ns == ns,
+                    w.c.checkpoint_id.in_(batch),
+                )
+            )
+            await conn.execute(delete(c).where(here, c.c.checkpoint_id.in_(batch)))
+        return len(keep)
 
     @staticmethod
     def _same_life(config: dict[str, Any], ids: RunIds, locked: Any, parent: Any) -> None:
@@ -150,29 +224,43 @@ class LangGraphTables:
         ids = self._store.ids(config)
         w = self._store.tables.lg_writes
         now = self._store.now()
+        unique: dict[tuple[Any, int], dict[str, Any]] = {}
+        for row in rows:  # within the call too: the first write, or the latest special one
+            if row["idx"] < 0:
+                unique[(row["task_id"], row["idx"])] = row
+            else:
+                unique.setdefault((row["task_id"], row["idx"]), row)
+        rows = list(unique.values())
+        here = (w.c.thread_id == ids.thread_id, w.c.checkpoint_ns == ns)
+        keep_first = self._store.backend.insert_ignore(
+            w, "thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"
+        )
         async with self._store.write(ids.thread_id) as (conn, locked):
             self._same_life(config, ids, locked, checkpoint_id)
             await self._store.claim_thread(conn, ids, locked, now)
-            for row in rows:
-                key = and_(
-                    w.c.thread_id == ids.thread_id,
-                    w.c.checkpoint_ns == ns,
-                    w.c.checkpoint_id == checkpoint_id,
-                    w.c.task_id == row["task_id"],
-                    w.c.idx == row["idx"],
-                )
-                if row["idx"] < 0:
-                    await conn.execute(delete(w).where(key))
-                exists = (await conn.execute(select(w.c.idx).where(key))).first()
-                if exists is None:
-                    await conn.execute(
-                        insert(w).values(
-                            thread_id=ids.thread_id,
-                            checkpoint_ns=ns,
-                            checkpoint_id=checkpoint_id,
-                            **row,
-                        )
+            for task_id in {row["task_id"] for row in rows if row["idx"] < 0}:
+                special = [r["idx"] for r in rows if r["idx"] < 0 and r["task_id"] == task_id]
+                await conn.execute(
+                    delete(w).where(
+                        *here,
+                        w.c.checkpoint_id == checkpoint_id,
+                        w.c.task_id == task_id,
+                        w.c.idx.in_(special),
                     )
+                )
+            if rows:
+                await conn.execute(
+                    keep_first,
+                    [
+                        {
+                            "thread_id": ids.thread_id,
+                            "checkpoint_ns": ns,
+                            "checkpoint_id": checkpoint_id,
+                            **row,
+                        }
+                        for row in rows
+                    ],
+                )
 
     async def rows(
         self,
@@ -299,24 +387,25 @@ class LangGraphTables:
         """Delete the checkpoints (and their writes) whose metadata names one of
         ``run_ids``, in the threads the caller may see; how many were deleted.
 
-        Found by each id's JSON text in the metadata (SQL), checked exactly, then
-        deleted thread by thread under the thread's lock.
+        Found by the indexed ``run_id`` column, then deleted thread by thread under
+        the thread's lock.
         """
         store = self._store
         c, w, t = store.tables.lg_checkpoints, store.tables.lg_writes, store.tables.threads
         ids = store.ids(config, need_thread=False)
-        wanted = set(run_ids)
+        wanted = sorted({run for run in run_ids if isinstance(run, str)})
         if not wanted:
             return 0
-        stmt = select(c.c.thread_id, c.c.checkpoint_ns, c.c.checkpoint_id, c.c.metadata)
-        if ids.isolated:
-            stmt = stmt.join(t, t.c.thread_id == c.c.thread_id).where(t.c.user_id == ids.user_id)
-        fragments = [_json_pair("run_id", run) for run in sorted(wanted)]
-        if all(f is not None for f in fragments):
-            stmt = stmt.where(or_(*(c.c.metadata.like(f"%{f}%", escape="\\") for f in fragments)))
         found: dict[Any, list[tuple[str, str]]] = {}
-        for row in await store.read(stmt):
-            if decode(row.metadata).get("run_id") in wanted:
+        for start in range(0, len(wanted), _BATCH):
+            stmt = select(c.c.thread_id, c.c.checkpoint_ns, c.c.checkpoint_id).where(
+                c.c.run_id.in_(wanted[start : start + _BATCH])
+            )
+            if ids.isolated:
+                stmt = stmt.join(t, t.c.thread_id == c.c.thread_id).where(
+                    t.c.user_id == ids.user_id
+                )
+            for row in await store.read(stmt):
                 found.setdefault(row.thread_id, []).append((row.checkpoint_ns, row.checkpoint_id))
         for thread_id, doomed in found.items():
             async with store.write(thread_id) as (conn, _):
@@ -332,8 +421,9 @@ class LangGraphTables:
         return sum(len(doomed) for doomed in found.values())
 
     async def prune(self, configs: Iterable[dict[str, Any]], keep_latest: bool) -> None:
-        """Keep only each namespace's newest checkpoint (with its writes), or nothing, of
-        each config's thread (another user's thread: ThreadOwnershipError)."""
+        """Keep only each namespace's newest checkpoint (with its writes, and the
+        ancestors its ``DeltaChannel`` values are rebuilt from: :func:`needed`), or
+        nothing, of each config's thread (another user's: ThreadOwnershipError)."""
         store = self._store
         c, w = store.tables.lg_checkpoints, store.tables.lg_writes
         for ids in [store.ids(config) for config in configs]:  # all checked before any I/O
@@ -346,24 +436,9 @@ class LangGraphTables:
                     await conn.execute(delete(w).where(w.c.thread_id == thread_id))
                     await conn.execute(delete(c).where(c.c.thread_id == thread_id))
                     continue
-                newest = (
-                    select(c.c.checkpoint_ns, func.max(c.c.checkpoint_id).label("newest"))
-                    .where(c.c.thread_id == thread_id)
-                    .group_by(c.c.checkpoint_ns)
-                )
-                keep = {(r.checkpoint_ns, r.newest) for r in await conn.execute(newest)}
-                rows = await conn.execute(
-                    select(c.c.checkpoint_ns, c.c.checkpoint_id).where(c.c.thread_id == thread_id)
-                )
-                for ns, checkpoint_id in [tuple(r) for r in rows if tuple(r) not in keep]:
-                    for table in (w, c):
-                        await conn.execute(
-                            delete(table).where(
-                                table.c.thread_id == thread_id,
-                                table.c.checkpoint_ns == ns,
-                                table.c.checkpoint_id == checkpoint_id,
-                            )
-                        )
+                spaces = select(c.c.checkpoint_ns).where(c.c.thread_id == thread_id).distinct()
+                for ns in (await conn.execute(spaces)).scalars().all():
+                    await self._prune_namespace(conn, thread_id, ns, 1, branches=False)
 
     async def copy(self, source: dict[str, Any], target: dict[str, Any]) -> None:
         """Copy the checkpoints and writes of the source config's thread to the target's.

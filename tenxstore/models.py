@@ -177,6 +177,7 @@ class LangGraphCheckpointRow(Base):
     checkpoint: Mapped[bytes] = mapped_column(LargeBinary)
     checkpoint_metadata: Mapped[str] = mapped_column("metadata")
     created_at: Mapped[datetime]
+    run_id: Mapped[str | None] = mapped_column(String(255), index=True)
 
 
 class LangGraphWriteRow(Base):

@@ -321,3 +321,73 @@ async def test_delta_channel_graphs_under_isolation(backend: Backend) -> None:
             remove()
         assert len(history["turns"]["writes"]) >= 12
         assert len(sent) <= 6, sent  # the chain in one query, ancestors in one batch
+
+
+class Snapshots(TypedDict):
+    turns: Annotated[list[str], DeltaChannel(_extend, snapshot_frequency=3)]
+
+
+async def snapshotting_chat(saver: Any, turns: int) -> Any:
+    """A DeltaChannel graph that snapshots its channel every third update."""
+    graph = (
+        StateGraph(Snapshots)
+        .add_node("reply", lambda state: {"turns": [f"reply {len(state['turns'])}"]})
+        .add_edge(START, "reply")
+        .add_edge("reply", END)
+        .compile(checkpointer=saver)
+    )
+    for turn in range(turns):
+        await graph.ainvoke({"turns": [f"say {turn}"]}, run("t"))
+    return graph
+
+
+async def test_bounded_history_keeps_what_delta_channels_are_rebuilt_from(
+    backend: Backend,
+) -> None:
+    """Pruning (by history_limit, and aprune) keeps the ancestors back to each kept
+    checkpoint's DeltaChannel snapshot: the state reads as on LangGraph's own saver."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    reference = await snapshotting_chat(InMemorySaver(), 13)
+    expected = (await reference.aget_state(run("t"))).values
+    saver = TenxCheckpointSaver(await backend.make(), history_limit=2).for_user("alice")
+    graph = await snapshotting_chat(saver, 13)
+    assert (await graph.aget_state(run("t"))).values == expected
+    history = [s async for s in graph.aget_state_history(run("t"))]
+    assert 2 < len(history) < 13  # pruned, but not below what the channel needs
+    assert history[0].values == expected
+    await saver.aprune(["t"], strategy="keep_latest")
+    assert (await graph.aget_state(run("t"))).values == expected
+    kept = [s async for s in graph.aget_state_history(run("t"))]
+    assert 1 < len(kept) <= 6  # the head, and its parents back to the last snapshot
+    result = await graph.ainvoke({"turns": ["more"]}, run("t"))  # and it goes on
+    assert result["turns"] == [*expected["turns"], "more", f"reply {len(expected['turns']) + 1}"]
+
+
+async def test_bounded_history_keeps_the_head_of_every_branch(backend: Backend) -> None:
+    saver = TenxCheckpointSaver(await backend.make(), history_limit=3).for_user("alice")
+    graph = chat_graph(saver)
+    for text in ("one", "two"):
+        await graph.ainvoke({"turns": [text]}, run("t"))
+    left = await graph.aget_state(run("t"))  # the head of the branch left behind
+    first = [s async for s in graph.aget_state_history(run("t"))][-2]
+    fork = await graph.aupdate_state(first.config, {"turns": ["fork"]})
+    for turn in range(6):
+        await graph.ainvoke({"turns": [f"on {turn}"]}, fork if turn == 0 else run("t"))
+    still = await graph.aget_state(left.config)
+    assert still.values == left.values
+    assert (
+        still.config["configurable"]["checkpoint_id"]
+        == left.config["configurable"]["checkpoint_id"]
+    )
+    assert len([s async for s in graph.aget_state_history(run("t"))]) <= 3 + 1
+
+
+async def test_history_is_bounded_by_default(backend: Backend) -> None:
+    saver = TenxCheckpointSaver(await backend.make()).for_user("alice")
+    assert saver.history_limit == 100
+    graph = chat_graph(saver)
+    for turn in range(60):  # three checkpoints a turn
+        await graph.ainvoke({"turns": [str(turn)]}, run("t"))
+    kept = len([s async for s in graph.aget_state_history(run("t"))])
+    assert 100 <= kept < 110

@@ -304,3 +304,31 @@ async def test_other_id_types_without_setup_are_a_config_error(database: Any) ->
     async with tenxstore.CheckpointRepository(url, schema=schema, id_type="int") as other:
         with pytest.raises(tenxstore.ConfigError, match="id_type='string'"):
             await other.aget_state({"thread_id": 5, "user_id": "a"})
+
+
+async def test_langgraph_run_ids_are_filled_in_by_the_migration(database: Any) -> None:
+    """0005 fills ``lg_checkpoints.run_id`` from the metadata of checkpoints written
+    before it, so adelete_for_runs finds them by the index."""
+    pytest.importorskip("langgraph.checkpoint.base")
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from tenxstore.langgraph import TenxCheckpointSaver
+
+    url, schema = database
+    repo = tenxstore.CheckpointRepository(url, schema=schema, enforce_user_isolation=False)
+    try:
+        await repo.asetup()
+        saver = TenxCheckpointSaver(repo)
+        config: dict[str, Any] = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        for run in ("run-a", "run-b", "run-a"):
+            checkpoint = empty_checkpoint()
+            config = await saver.aput(config, checkpoint, {"run_id": run}, {})
+        alembic = migrate.alembic_config(url=url, schema=schema)
+        await asyncio.to_thread(command.downgrade, alembic, "0004_hot_updates")
+        await asyncio.to_thread(command.upgrade, alembic, "head")
+        runs = [t.metadata["run_id"] async for t in saver.alist(None)]
+        assert sorted(runs) == ["run-a", "run-a", "run-b"]
+        await saver.adelete_for_runs(["run-a"])
+        assert [t.metadata["run_id"] async for t in saver.alist(None)] == ["run-b"]
+    finally:
+        await repo.aclose()
