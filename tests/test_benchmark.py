@@ -59,3 +59,15 @@ def test_floors_smoke(tmp_path: Path) -> None:
     for heading in ("## Ratios", "## Statements and round trips", "## Throughput", "## HOT"):
         assert heading in text
     assert (tmp_path / "benchmark-floors.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_langgraph_chat_smoke(tmp_path: Path) -> None:
+    """#16's workload: a real chat graph on every saver (each checks the messages)."""
+    pytest.importorskip("langgraph.checkpoint.sqlite", reason="the bench extra is not installed")
+    out = tmp_path / "lg.json"
+    run_benchmark(
+        "langgraph_chat.py", "--quick", "--plot", str(tmp_path / "lg.png"), "--json", str(out)
+    )
+    assert out.stat().st_size > 100
+    assert (tmp_path / "lg.png").stat().st_size > 1000
