@@ -7,7 +7,9 @@ serde; this module stores and finds them.
 
 from __future__ import annotations
 
+import hashlib
 import re
+import uuid
 from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
@@ -50,39 +52,41 @@ def _has_metadata(text: str, wanted: dict[str, Any]) -> bool:
 
 
 def run_id_of(metadata: dict[str, Any]) -> str | None:
-    """The ``run_id`` column of a checkpoint: its metadata's, when a short string."""
+    """The ``run_id`` column of a checkpoint: its metadata's (a string or a UUID), or
+    for one longer than the column, ``sha256:`` and its digest."""
     run_id = metadata.get("run_id")
-    return run_id if isinstance(run_id, str) and len(run_id) <= 255 else None
+    if isinstance(run_id, uuid.UUID):
+        return str(run_id)
+    if not isinstance(run_id, str):
+        return None
+    if len(run_id) <= 255:
+        return run_id
+    digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"sha256:{digest}"
+
+
+def uses_delta_channels(metadata: str) -> bool:
+    """Whether a checkpoint's metadata (JSON text) shows ``DeltaChannel`` bookkeeping,
+    as LangGraph's own savers tell (``counters_since_delta_snapshot``)."""
+    return '"counters_since_delta_snapshot"' in metadata
 
 
 def needed(rows: Iterable[Any], newest: int, *, branches: bool = True) -> set[str]:
-    """The checkpoints of one namespace that pruning keeps: the ``newest`` newest,
-    with ``branches`` the head of every branch (a fork's, or an interrupted run's that
-    was left for another), and, for each of these, the ancestors its ``DeltaChannel``
-    values are rebuilt from (LangGraph walks the parents back to the checkpoint
-    holding the channel's last snapshot: the nearest one whose metadata counts no
-    updates of it since). ``rows`` have ``checkpoint_id``, ``parent_checkpoint_id``
-    and ``metadata``."""
+    """The checkpoints of one namespace that pruning keeps: the ``newest`` newest and,
+    with ``branches``, the head of every branch (a fork's, or an interrupted run's
+    that was left for another). A namespace of a ``DeltaChannel`` graph is kept
+    whole: its values are rebuilt from the ancestors' writes, and LangGraph's own
+    savers do not prune it either. ``rows`` have ``checkpoint_id``,
+    ``parent_checkpoint_id`` and ``metadata``."""
     rows = list(rows)
+    if any(uses_delta_channels(r.metadata) for r in rows):
+        return {r.checkpoint_id for r in rows}
     parent = {r.checkpoint_id: r.parent_checkpoint_id for r in rows}
-    counters: dict[str, set[str]] = {}
-    for r in rows:
-        if "counters_since_delta_snapshot" in r.metadata:
-            found = decode(r.metadata).get("counters_since_delta_snapshot")
-            if isinstance(found, dict) and found:
-                counters[r.checkpoint_id] = set(found)
     ordered = sorted(parent, reverse=True)
-    has_child = {p for p in parent.values() if p is not None}
     keep = set(ordered[:newest])
     if branches:
+        has_child = {p for p in parent.values() if p is not None}
         keep |= {i for i in ordered if i not in has_child}
-    for start in list(keep):
-        pending = counters.get(start, set())
-        at = parent.get(start)
-        while pending and at is not None and at in parent:
-            keep.add(at)
-            pending = pending & counters.get(at, set())  # a snapshot ends a channel's walk
-            at = parent[at]
     return keep
 
 
@@ -176,13 +180,16 @@ class LangGraphTables:
             .limit(1)
         )
         if (await conn.execute(probe)).first() is not None:
-            self._kept[key] = await self._prune_namespace(conn, thread_id, ns, limit)
+            kept, pruned = await self._prune_namespace(conn, thread_id, ns, limit)
+            # Nothing to prune (a DeltaChannel graph's namespace, kept whole): look
+            # again when it has doubled, so the looks cost O(1) per put.
+            self._kept[key] = kept if pruned else 2 * kept
 
     async def _prune_namespace(
         self, conn: Any, thread_id: Any, ns: str, newest: int, *, branches: bool = True
-    ) -> int:
+    ) -> tuple[int, int]:
         """Delete a namespace's checkpoints (and writes) but the newest ``newest`` and
-        what they need (:func:`needed`); how many are kept."""
+        what they need (:func:`needed`); how many are kept, and how many pruned."""
         c, w = self._store.tables.lg_checkpoints, self._store.tables.lg_writes
         here = and_(c.c.thread_id == thread_id, c.c.checkpoint_ns == ns)
         rows = (
@@ -202,7 +209,7 @@ class LangGraphTables:
                 )
             )
             await conn.execute(delete(c).where(here, c.c.checkpoint_id.in_(batch)))
-        return len(keep)
+        return len(keep), len(doomed)
 
     @staticmethod
     def _same_life(config: dict[str, Any], ids: RunIds, locked: Any, parent: Any) -> None:
@@ -393,7 +400,7 @@ class LangGraphTables:
         store = self._store
         c, w, t = store.tables.lg_checkpoints, store.tables.lg_writes, store.tables.threads
         ids = store.ids(config, need_thread=False)
-        wanted = sorted({run for run in run_ids if isinstance(run, str)})
+        wanted = sorted({key for run in run_ids if (key := run_id_of({"run_id": run}))})
         if not wanted:
             return 0
         found: dict[Any, list[tuple[str, str]]] = {}
@@ -408,6 +415,7 @@ class LangGraphTables:
             for row in await store.read(stmt):
                 found.setdefault(row.thread_id, []).append((row.checkpoint_ns, row.checkpoint_id))
         for thread_id, doomed in found.items():
+            self._forget(thread_id)
             async with store.write(thread_id) as (conn, _):
                 for ns, checkpoint_id in doomed:
                     for table in (w, c):
@@ -421,13 +429,32 @@ class LangGraphTables:
         return sum(len(doomed) for doomed in found.values())
 
     async def prune(self, configs: Iterable[dict[str, Any]], keep_latest: bool) -> None:
-        """Keep only each namespace's newest checkpoint (with its writes, and the
-        ancestors its ``DeltaChannel`` values are rebuilt from: :func:`needed`), or
-        nothing, of each config's thread (another user's: ThreadOwnershipError)."""
+        """Keep only each namespace's newest checkpoint (with its writes), or nothing, of
+        each config's thread (another user's: ThreadOwnershipError).
+
+        Raises:
+            NotImplementedError: ``keep_latest`` on a thread of a ``DeltaChannel``
+                graph (its values are rebuilt from the ancestors), as LangGraph's own
+                savers do; nothing of any thread is pruned then.
+        """
         store = self._store
         c, w = store.tables.lg_checkpoints, store.tables.lg_writes
-        for ids in [store.ids(config) for config in configs]:  # all checked before any I/O
+        every = [store.ids(config) for config in configs]  # all checked before any I/O
+        if keep_latest and every:
+            delta = select(c.c.thread_id).where(
+                c.c.thread_id.in_([ids.thread_id for ids in every]),
+                c.c.metadata.like(r'%"counters\_since\_delta\_snapshot"%', escape="\\"),
+            )
+            found = await store.read(delta.limit(1))
+            if found:
+                raise NotImplementedError(
+                    f"thread {found[0].thread_id!r} uses a DeltaChannel: its values are "
+                    "rebuilt from every ancestor since the last snapshot, so keep_latest "
+                    "cannot prune it; use strategy='delete' or keep its history"
+                )
+        for ids in every:
             thread_id = ids.thread_id
+            self._forget(thread_id)
             async with store.write(thread_id) as (conn, locked):
                 if locked is None:
                     continue
@@ -439,6 +466,11 @@ class LangGraphTables:
                 spaces = select(c.c.checkpoint_ns).where(c.c.thread_id == thread_id).distinct()
                 for ns in (await conn.execute(spaces)).scalars().all():
                     await self._prune_namespace(conn, thread_id, ns, 1, branches=False)
+
+    def _forget(self, thread_id: Any) -> None:
+        """Drop what this process remembers of a thread's last prunes."""
+        for key in [key for key in self._kept if key[0] == thread_id]:
+            del self._kept[key]
 
     async def copy(self, source: dict[str, Any], target: dict[str, Any]) -> None:
         """Copy the checkpoints and writes of the source config's thread to the target's.
