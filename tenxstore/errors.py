@@ -43,6 +43,8 @@ class StaleStateError(TenxStoreError):
         replaced: The thread was deleted (and written again) or replaced by an import
             since the run read it: its versions are a new life's, whatever they are.
 
+    ``message`` replaces the standard message when the caller knows more.
+
     For LangGraph checkpoints (:mod:`tenxstore.langgraph`) the two are checkpoint ids:
     the head the run saw when it read (or the parent it wrote from), and the
     namespace's newest checkpoint.
@@ -54,9 +56,13 @@ class StaleStateError(TenxStoreError):
         expected_version: int | str,
         actual_version: int | str,
         replaced: bool = False,
+        *,
+        message: str | None = None,
     ) -> None:
         checkpoints = isinstance(expected_version, str) or isinstance(actual_version, str)
-        if replaced:
+        if message is not None:
+            pass  # said by the caller, who knows more (a checkpoint pruned, not replaced)
+        elif replaced:
             message = (
                 f"thread {thread_id!r} was deleted or replaced after this run read it at "
                 f"{'checkpoint' if checkpoints else 'version'} {expected_version}; it is "
@@ -81,7 +87,7 @@ class StaleStateError(TenxStoreError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         args = (self.thread_id, self.expected_version, self.actual_version, self.replaced)
-        return (type(self), args)
+        return (_rebuild_stale, (*args, str(self)))
 
 
 class ConfigError(TenxStoreError, ValueError):
@@ -229,3 +235,10 @@ class ToolExecutionClaimLost(TenxStoreError):
             self.replaced,
         )
         return (type(self), args)
+
+
+def _rebuild_stale(
+    thread_id: Any, expected: int | str, actual: int | str, replaced: bool, message: str
+) -> StaleStateError:
+    """Unpickle a StaleStateError with the message it was raised with."""
+    return StaleStateError(thread_id, expected, actual, replaced, message=message)

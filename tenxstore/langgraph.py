@@ -15,7 +15,8 @@ Beyond LangGraph's own savers:
   thread's incarnation into the run's writes, which are refused once the thread was
   deleted or replaced since (a parent that no longer exists likewise);
 * **bounded history**: ``history_limit`` (default 100) keeps the newest N checkpoints
-  per namespace and the head of every branch (a ``DeltaChannel`` graph's namespace
+  per namespace and the heads of branches left at an interrupt; a subgraph's runs
+  go with the root checkpoints they ran under (a ``DeltaChannel`` graph's namespace
   is kept whole: its values are rebuilt from the ancestors).
 
 Needs the ``langgraph`` extra. Sync graphs work too (``invoke``, ``get_state``...):
@@ -89,10 +90,10 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             ``configurable`` (or bind the saver to the user).
         serde: LangGraph serializer (default: LangGraph's ``JsonPlusSerializer``).
         history_limit: Checkpoints kept per thread and namespace (None: all). The
-            newest ``history_limit`` are kept, with the head of every branch (a fork
-            or a run left at an interrupt); the rest is pruned when the namespace has
-            grown by a tenth of the limit since the last prune. A ``DeltaChannel``
-            graph's namespace is kept whole.
+            newest ``history_limit`` are kept, with the heads of branches left at an
+            interrupt; the rest (and the subgraph runs under it) is pruned when the
+            namespace has grown by a tenth of the limit since the last prune. A
+            ``DeltaChannel`` graph's namespace is kept whole.
         user_id: Act for this user: configs without a ``user_id`` get it, a config
             naming another user is refused, and the config-less calls are scoped to it.
         auth_policy: An ``AuthPolicy`` made by server code that applies to every call

@@ -25,6 +25,8 @@ __all__ = ["LangGraphTables", "needed", "run_id_of"]
 
 _BATCH = 500  # checkpoints whose writes are read (or deleted) in one statement
 _REMEMBERED = 4096  # namespaces whose last prune this process remembers
+INTERRUPT = "__interrupt__"  # LangGraph's channel of a pending interrupt
+NS_SEP, NS_END = "|", ":"  # LangGraph's namespace separators (subgraph | node:task)
 
 
 _PLAIN = re.compile(r"[A-Za-z0-9 ._:/@+-]*")
@@ -71,23 +73,25 @@ def uses_delta_channels(metadata: str) -> bool:
     return '"counters_since_delta_snapshot"' in metadata
 
 
-def needed(rows: Iterable[Any], newest: int, *, branches: bool = True) -> set[str]:
-    """The checkpoints of one namespace that pruning keeps: the ``newest`` newest and,
-    with ``branches``, the head of every branch (a fork's, or an interrupted run's
-    that was left for another). A namespace of a ``DeltaChannel`` graph is kept
-    whole: its values are rebuilt from the ancestors' writes, and LangGraph's own
-    savers do not prune it either. ``rows`` have ``checkpoint_id``,
-    ``parent_checkpoint_id`` and ``metadata``."""
+def needed(rows: Iterable[Any], newest: int, waiting: Iterable[str] = ()) -> set[str]:
+    """The checkpoints of one namespace that pruning keeps: the ``newest`` newest and
+    the ``waiting`` ones (heads of branches left at an interrupt, which a
+    ``Command(resume=...)`` may still take up). A namespace of a ``DeltaChannel``
+    graph is kept whole: its values are rebuilt from the ancestors' writes, and
+    LangGraph's own savers do not prune it either. ``rows`` have ``checkpoint_id``
+    and ``metadata``."""
     rows = list(rows)
     if any(uses_delta_channels(r.metadata) for r in rows):
         return {r.checkpoint_id for r in rows}
-    parent = {r.checkpoint_id: r.parent_checkpoint_id for r in rows}
-    ordered = sorted(parent, reverse=True)
-    keep = set(ordered[:newest])
-    if branches:
-        has_child = {p for p in parent.values() if p is not None}
-        keep |= {i for i in ordered if i not in has_child}
-    return keep
+    ordered = sorted((r.checkpoint_id for r in rows), reverse=True)
+    return set(ordered[:newest]) | set(waiting)
+
+
+def _root_of(metadata: str) -> Any:
+    """The root namespace's checkpoint a subgraph's checkpoint ran under (LangGraph's
+    ``parents`` metadata), or None."""
+    parents = decode(metadata).get("parents")
+    return parents.get("") if isinstance(parents, dict) else None
 
 
 class LangGraphTables:
@@ -139,6 +143,15 @@ class LangGraphTables:
             if parent_id is not None and newest != parent_id:
                 parent = select(c.c.checkpoint_id).where(here, c.c.checkpoint_id == parent_id)
                 gone = (await conn.execute(parent)).first() is None
+                if gone and recorded_incarnation(config) is not None:  # the same life
+                    raise StaleStateError(
+                        ids.thread_id,
+                        parent_id,
+                        newest or "(none)",
+                        message=f"thread {ids.thread_id!r}: checkpoint {parent_id} is no longer "
+                        "stored (pruned by history_limit, aprune or delete_for_runs): run "
+                        "from a newer checkpoint (get_state_history), or raise history_limit",
+                    )
                 if gone or newest != seen_head:
                     raise StaleStateError(
                         ids.thread_id, seen_head or parent_id, newest or "(none)", replaced=gone
@@ -189,7 +202,9 @@ class LangGraphTables:
         self, conn: Any, thread_id: Any, ns: str, newest: int, *, branches: bool = True
     ) -> tuple[int, int]:
         """Delete a namespace's checkpoints (and writes) but the newest ``newest`` and
-        what they need (:func:`needed`); how many are kept, and how many pruned."""
+        what they need (:func:`needed`; with ``branches``, the heads of branches left
+        at an interrupt, and the subgraph runs of the root checkpoints it pruned); how
+        many are kept, and how many pruned."""
         c, w = self._store.tables.lg_checkpoints, self._store.tables.lg_writes
         here = and_(c.c.thread_id == thread_id, c.c.checkpoint_ns == ns)
         rows = (
@@ -197,19 +212,66 @@ class LangGraphTables:
                 select(c.c.checkpoint_id, c.c.parent_checkpoint_id, c.c.metadata).where(here)
             )
         ).all()
-        keep = needed(rows, newest, branches=branches)
+        waiting: list[str] = []
+        if branches:
+            has_child = {r.parent_checkpoint_id for r in rows}
+            heads = [r.checkpoint_id for r in rows if r.checkpoint_id not in has_child]
+            for start in range(0, len(heads), _BATCH):
+                found = await conn.execute(
+                    select(w.c.checkpoint_id)
+                    .where(
+                        w.c.thread_id == thread_id,
+                        w.c.checkpoint_ns == ns,
+                        w.c.checkpoint_id.in_(heads[start : start + _BATCH]),
+                        w.c.channel == INTERRUPT,
+                    )
+                    .distinct()
+                )
+                waiting.extend(found.scalars())
+        keep = needed(rows, newest, waiting)
         doomed = [r.checkpoint_id for r in rows if r.checkpoint_id not in keep]
+        await self._delete(conn, thread_id, ns, doomed)
+        if ns == "" and doomed and branches:  # aprune keeps each namespace's newest
+            await self._prune_subgraph_runs(conn, thread_id, keep)
+        return len(keep), len(doomed)
+
+    async def _delete(self, conn: Any, thread_id: Any, ns: str, doomed: list[str]) -> None:
+        """Delete these checkpoints of a namespace, with their writes."""
+        c, w = self._store.tables.lg_checkpoints, self._store.tables.lg_writes
         for start in range(0, len(doomed), _BATCH):
             batch = doomed[start : start + _BATCH]
-            await conn.execute(
-                delete(w).where(
-                    w.c.thread_id == thread_id,
-                    w.c.checkpoint_ns == ns,
-                    w.c.checkpoint_id.in_(batch),
+            for table in (w, c):
+                await conn.execute(
+                    delete(table).where(
+                        table.c.thread_id == thread_id,
+                        table.c.checkpoint_ns == ns,
+                        table.c.checkpoint_id.in_(batch),
+                    )
                 )
+
+    async def _prune_subgraph_runs(self, conn: Any, thread_id: Any, roots: set[str]) -> None:
+        """Delete the namespaces of subgraph runs (``node:task``: one per run) all of
+        whose checkpoints ran under root checkpoints older than every one kept (ids
+        sort by time). A subgraph with a namespace of its own across runs
+        (``checkpointer=True``) is left alone."""
+        c = self._store.tables.lg_checkpoints
+        rows = await conn.execute(
+            select(c.c.checkpoint_ns, c.c.checkpoint_id, c.c.metadata).where(
+                c.c.thread_id == thread_id, c.c.checkpoint_ns != ""
             )
-            await conn.execute(delete(c).where(here, c.c.checkpoint_id.in_(batch)))
-        return len(keep), len(doomed)
+        )
+        spaces: dict[str, list[Any]] = {}
+        for row in rows:
+            spaces.setdefault(row.checkpoint_ns, []).append(row)
+        for ns, members in spaces.items():
+            if not all(NS_END in part for part in ns.split(NS_SEP)):
+                continue
+            under = {_root_of(r.metadata) for r in members}
+            # Older than every root checkpoint kept: a run under a root checkpoint
+            # whose own put has not landed yet (puts run concurrently) stays.
+            if None not in under and max(under) < min(roots):
+                await self._delete(conn, thread_id, ns, [r.checkpoint_id for r in members])
+                self._kept.pop((thread_id, ns), None)
 
     @staticmethod
     def _same_life(config: dict[str, Any], ids: RunIds, locked: Any, parent: Any) -> None:

@@ -358,23 +358,65 @@ async def test_bounded_history_keeps_a_delta_channel_graph_whole(backend: Backen
     assert [(s.values, s.next) async for s in graph.aget_state_history(run("t"))] == expected
 
 
-async def test_bounded_history_keeps_the_head_of_every_branch(backend: Backend) -> None:
+async def test_bounded_history_keeps_a_branch_left_at_an_interrupt(backend: Backend) -> None:
+    """Heads of abandoned branches go with the history (a "regenerate" button does
+    not grow it), except a head left at an interrupt: it can still be resumed."""
+
+    def ask(state: Chat) -> dict[str, list[str]]:
+        if state["turns"][-1] == "ask":
+            return {"turns": [f"approved: {interrupt('approve?')}"]}
+        return {"turns": ["ok"]}
+
     saver = TenxCheckpointSaver(await backend.make(), history_limit=3).for_user("alice")
-    graph = chat_graph(saver)
-    for text in ("one", "two"):
-        await graph.ainvoke({"turns": [text]}, run("t"))
-    left = await graph.aget_state(run("t"))  # the head of the branch left behind
-    first = [s async for s in graph.aget_state_history(run("t"))][-2]
-    fork = await graph.aupdate_state(first.config, {"turns": ["fork"]})
-    for turn in range(6):
-        await graph.ainvoke({"turns": [f"on {turn}"]}, fork if turn == 0 else run("t"))
-    still = await graph.aget_state(left.config)
-    assert still.values == left.values
-    assert (
-        still.config["configurable"]["checkpoint_id"]
-        == left.config["configurable"]["checkpoint_id"]
+    graph = (
+        StateGraph(Chat)
+        .add_node("ask", ask)
+        .add_edge(START, "ask")
+        .add_edge("ask", END)
+        .compile(checkpointer=saver)
     )
-    assert len([s async for s in graph.aget_state_history(run("t"))]) <= 3 + 1
+    await graph.ainvoke({"turns": ["ask"]}, run("t"))
+    waiting = await graph.aget_state(run("t"))
+    assert waiting.next == ("ask",)
+    fork = await graph.aupdate_state(waiting.parent_config, {"turns": ["instead"]})
+    for turn in range(8):  # a branch of its own, with a regenerate at every turn
+        await graph.ainvoke({"turns": [f"on {turn}"]}, fork if turn == 0 else run("t"))
+        head = await graph.aget_state(run("t"))
+        await graph.aupdate_state(head.parent_config, {"turns": ["again"]})
+    everything = [t async for t in saver.alist(run("t"))]
+    assert len(everything) <= 3 + 1 + 1  # the newest, the interrupted head, a tenth
+    resumed = await graph.ainvoke(Command(resume="yes"), waiting.config)
+    assert resumed["turns"] == ["ask", "approved: yes"]
+
+
+class Outer(TypedDict):
+    turns: Annotated[list[str], operator.add]
+
+
+async def test_bounded_history_prunes_the_runs_of_subgraphs(backend: Backend) -> None:
+    """A subgraph writes each run into a namespace of its own (``node:task``): they go
+    with the root checkpoint they ran under."""
+    inner = (
+        StateGraph(Outer)
+        .add_node("mark", lambda s: {"turns": ["inner"]})
+        .add_edge(START, "mark")
+        .add_edge("mark", END)
+        .compile()
+    )
+    saver = TenxCheckpointSaver(await backend.make(), history_limit=4).for_user("alice")
+    graph = (
+        StateGraph(Outer)
+        .add_node("inner", inner)
+        .add_edge(START, "inner")
+        .add_edge("inner", END)
+        .compile(checkpointer=saver)
+    )
+    for turn in range(20):
+        result = await graph.ainvoke({"turns": [str(turn)]}, run("t"))
+    everything = [t async for t in saver.alist(run("t"))]
+    namespaces = {t.config["configurable"]["checkpoint_ns"] for t in everything}
+    assert len(everything) <= 20 and len(namespaces) <= 4, namespaces
+    assert (await graph.aget_state(run("t"))).values == result
 
 
 async def test_history_is_bounded_by_default(backend: Backend) -> None:
@@ -385,3 +427,15 @@ async def test_history_is_bounded_by_default(backend: Backend) -> None:
         await graph.ainvoke({"turns": [str(turn)]}, run("t"))
     kept = len([s async for s in graph.aget_state_history(run("t"))])
     assert 100 <= kept < 110
+
+
+async def test_a_fork_from_a_pruned_checkpoint_says_so(backend: Backend) -> None:
+    saver = TenxCheckpointSaver(await backend.make(), history_limit=3).for_user("alice")
+    graph = chat_graph(saver)
+    await graph.ainvoke({"turns": ["one"]}, run("t"))
+    old = [s async for s in graph.aget_state_history(run("t"))][-1]
+    for turn in range(4):
+        await graph.ainvoke({"turns": [str(turn)]}, run("t"))
+    with pytest.raises(StaleStateError, match="no longer stored") as err:
+        await graph.aupdate_state(old.config, {"turns": ["fork"]})
+    assert not err.value.replaced

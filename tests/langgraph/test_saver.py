@@ -214,3 +214,17 @@ async def test_delete_for_runs_acts_within_the_savers_authority(backend: Backend
     operator = TenxCheckpointSaver(cp, auth_policy=AuthPolicy(enforce_user_isolation=False))
     await operator.adelete_for_runs(["run-1"])
     assert await bob.aget_tuple(root("b")) is None
+
+
+async def test_delete_for_runs_finds_any_run_id_by_the_index(backend: Backend) -> None:
+    """Run ids longer than the indexed column (by their digest), UUIDs and LIKE's
+    metacharacters: each deletes its own run's checkpoints, and nothing else."""
+    import uuid
+
+    saver = TenxCheckpointSaver(await backend.make()).for_user("alice")
+    runs = ["r" * 300, "r" * 299 + "s", uuid.uuid4(), "50%_off", "50x_off"]
+    for n, run_id in enumerate(runs):
+        await saver.aput(root(f"t{n}"), empty_checkpoint(), {"run_id": run_id}, {})
+    await saver.adelete_for_runs([runs[0], str(runs[2]), runs[3]])
+    left = {t.config["configurable"]["thread_id"] async for t in saver.alist(None)}
+    assert left == {"t1", "t4"}
