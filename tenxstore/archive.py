@@ -35,6 +35,7 @@ from .serde import decode, encode
 from .types import (
     AuthPolicy,
     ImportOutcome,
+    LangGraphBlob,
     LangGraphCheckpoint,
     LangGraphWrite,
     MessageRecord,
@@ -107,6 +108,15 @@ class _Checkpoint(msgspec.Struct, forbid_unknown_fields=True):
     checkpoint: bytes  # base64 in JSON
     metadata: dict[str, Any]
     created_at: datetime
+    versions: dict[str, str] | None = None
+
+
+class _Blob(msgspec.Struct, forbid_unknown_fields=True):
+    checkpoint_ns: str
+    channel: str
+    version: str
+    type: str
+    blob: bytes  # base64 in JSON
 
 
 class _Write(msgspec.Struct, forbid_unknown_fields=True):
@@ -128,6 +138,7 @@ class _Line(msgspec.Struct, forbid_unknown_fields=True):
     tool_executions: list[_ToolCall]
     langgraph_checkpoints: list[_Checkpoint] = []
     langgraph_writes: list[_Write] = []
+    langgraph_blobs: list[_Blob] = []
 
 
 def _time(value: datetime | None) -> str | None:
@@ -184,6 +195,7 @@ def export_to_json(export: ThreadExport) -> dict[str, Any]:
                 "checkpoint": b64encode(c.checkpoint).decode(),
                 "metadata": c.metadata,
                 "created_at": _time(c.created_at),
+                "versions": c.versions,
             }
             for c in export.langgraph_checkpoints
         ],
@@ -199,6 +211,16 @@ def export_to_json(export: ThreadExport) -> dict[str, Any]:
                 "task_path": w.task_path,
             }
             for w in export.langgraph_writes
+        ],
+        "langgraph_blobs": [
+            {
+                "checkpoint_ns": b.checkpoint_ns,
+                "channel": b.channel,
+                "version": b.version,
+                "type": b.type,
+                "blob": b64encode(b.blob).decode(),
+            }
+            for b in export.langgraph_blobs
         ],
     }
 
@@ -228,6 +250,9 @@ def export_from_json(data: Any) -> ThreadExport:
         ),
         langgraph_writes=tuple(
             LangGraphWrite(**msgspec.structs.asdict(w)) for w in line.langgraph_writes
+        ),
+        langgraph_blobs=tuple(
+            LangGraphBlob(**msgspec.structs.asdict(b)) for b in line.langgraph_blobs
         ),
     )
 

@@ -23,6 +23,7 @@ from .types import (
     Commit,
     Imported,
     ImportOutcome,
+    LangGraphBlob,
     LangGraphCheckpoint,
     LangGraphWrite,
     MessageRecord,
@@ -94,6 +95,12 @@ class ThreadExports:
             .where(w.c.thread_id == thread_id)
             .order_by(w.c.checkpoint_ns, w.c.checkpoint_id, w.c.task_id, w.c.idx)
         )
+        b = self._store.tables.lg_blobs
+        blobs = await conn.execute(
+            select(*b.c)
+            .where(b.c.thread_id == thread_id)
+            .order_by(b.c.checkpoint_ns, b.c.channel, b.c.version)
+        )
         return ThreadExport(
             thread=thread_info(row),
             states=tuple(snapshot_of(r) for r in states),
@@ -111,6 +118,7 @@ class ThreadExports:
                     bytes(r.checkpoint),
                     decode(r.metadata),
                     utc(r.created_at),  # type: ignore[arg-type]
+                    None if r.versions is None else decode(r.versions),
                 )
                 for r in checkpoints
             ),
@@ -126,6 +134,10 @@ class ThreadExports:
                     r.task_path,
                 )
                 for r in writes
+            ),
+            langgraph_blobs=tuple(
+                LangGraphBlob(r.checkpoint_ns, r.channel, r.version, r.type, bytes(r.blob))
+                for r in blobs
             ),
         )
 
@@ -223,6 +235,7 @@ class ThreadExports:
                 lg = (
                     (store.tables.lg_checkpoints, "lg_checkpoints"),
                     (store.tables.lg_writes, "lg_writes"),
+                    (store.tables.lg_blobs, "lg_blobs"),
                 )
                 for table, key in ((s, "states"), (m, "messages"), (x, "tool_executions"), *lg):
                     if new[key]:
@@ -324,6 +337,9 @@ def import_rows(export: ThreadExport, id_type: IdType, user_id_type: IdType) -> 
     keys = {(w["checkpoint_ns"], w["checkpoint_id"], w["task_id"], w["idx"]) for w in writes}
     if len(keys) != len(writes):
         raise ConfigError("langgraph_writes: two have the same checkpoint, task and index")
+    blobs = [_lg_blob(thread_id, i, b) for i, b in enumerate(export.langgraph_blobs)]
+    if len({(b["checkpoint_ns"], b["channel"], b["version"]) for b in blobs}) != len(blobs):
+        raise ConfigError("langgraph_blobs: two have the same namespace, channel and version")
     return {
         "thread": {
             "thread_id": thread_id,
@@ -359,6 +375,7 @@ def import_rows(export: ThreadExport, id_type: IdType, user_id_type: IdType) -> 
         "tool_executions": calls,
         "lg_checkpoints": checkpoints,
         "lg_writes": writes,
+        "lg_blobs": blobs,
     }
 
 
@@ -392,6 +409,29 @@ def _lg_checkpoint(thread_id: Any, i: int, c: Any) -> dict[str, Any]:
         "metadata": Store.encode_object(c.metadata, f"{where}.metadata"),
         "created_at": _datetime(c.created_at, f"{where}.created_at"),
         "run_id": run_id_of(c.metadata),
+        "versions": None if c.versions is None else _versions(c.versions, f"{where}.versions"),
+    }
+
+
+def _versions(value: object, what: str) -> str:
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and len(v) <= 255 for k, v in value.items()
+    ):
+        raise ConfigError(f"{what} must be a dict of channel names to version strings")
+    return encode(value, what)
+
+
+def _lg_blob(thread_id: Any, i: int, b: Any) -> dict[str, Any]:
+    where = f"langgraph_blobs[{i}]"
+    if not isinstance(b, LangGraphBlob):
+        raise ConfigError(f"{where} must be a LangGraphBlob")
+    return {
+        "thread_id": thread_id,
+        "checkpoint_ns": _text(b.checkpoint_ns, f"{where}.checkpoint_ns", 255),
+        "channel": _text(b.channel, f"{where}.channel", 255),
+        "version": _text(b.version, f"{where}.version", 255),
+        "type": _text(b.type, f"{where}.type", 64),
+        "blob": _blob(b.blob, f"{where}.blob"),
     }
 
 

@@ -52,7 +52,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
 
 from .config import INCARNATION_KEY
 from .errors import ConfigError
-from .langgraph_tables import run_id_of
+from .langgraph_tables import Values, run_id_of
 from .loops import BackgroundLoop
 from .protocol import Checkpointer
 from .serde import decode, encode
@@ -206,7 +206,14 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         conf = scoped["configurable"]
         ns = conf.get("checkpoint_ns", "")
         parent = conf.get("checkpoint_id")
-        typed = self.serde.dumps_typed(dict(checkpoint))
+        channel_values = checkpoint["channel_values"]
+        # The values go to lg_blobs, each version once; the checkpoint names them.
+        typed = self.serde.dumps_typed({**checkpoint, "channel_values": {}})
+        values = Values(
+            versions={ch: str(v) for ch, v in checkpoint["channel_versions"].items()},
+            stored=frozenset(channel_values) & frozenset(checkpoint["channel_versions"]),
+            dump=lambda channel: self.serde.dumps_typed(channel_values[channel]),
+        )
         full_metadata = get_checkpoint_metadata(config, metadata)
         meta = encode(full_metadata, "metadata")
         seen = conf.get(HEAD_KEY)
@@ -220,6 +227,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             self.history_limit,
             seen_head=seen if isinstance(seen, str) else None,
             run_id=run_id_of(dict(full_metadata)),
+            values=values,
         )
         return {
             "configurable": {
@@ -329,8 +337,15 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             configurable["user_id"] = row.user_id
         return {"configurable": configurable}
 
-    def _tuple(self, row: Any, writes: list[Any]) -> CheckpointTuple:
+    def _tuple(
+        self, row: Any, writes: list[Any], values: Mapping[str, tuple[str, bytes]]
+    ) -> CheckpointTuple:
         checkpoint: Checkpoint = self.serde.loads_typed((row.type, row.checkpoint))
+        if values:  # kept in lg_blobs (a checkpoint written before 0005 has them inline)
+            checkpoint["channel_values"] = {
+                **checkpoint["channel_values"],
+                **{ch: self.serde.loads_typed(typed) for ch, typed in values.items()},
+            }
         config = self._config(row, row.checkpoint_id)
         parent = None
         if row.parent_checkpoint_id is not None:
@@ -378,8 +393,8 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             limit,
             metadata=filter or None,
         )
-        for row, writes in rows:
-            yield self._tuple(row, writes)
+        for row, writes, values in rows:
+            yield self._tuple(row, writes, values)
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -400,7 +415,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         for start in range(0, len(chain), _DELTA_BATCH):
             batch = chain[start : start + _DELTA_BATCH]
             rows = await self._tables.rows(scoped, ns, None, None, None, among=batch)
-            by_id = {row.checkpoint_id: (row, writes) for row, writes in rows}
+            by_id = {found[0].checkpoint_id: found for found in rows}
             for checkpoint_id in batch:  # parent first
                 if not remaining or checkpoint_id not in by_id:
                     break

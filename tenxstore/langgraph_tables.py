@@ -11,17 +11,18 @@ import hashlib
 import re
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, delete, func, insert, literal, select
+from sqlalchemy import and_, delete, func, insert, literal, select, tuple_
 
 from .config import RunIds, recorded_incarnation
 from .errors import StaleStateError
-from .serde import decode
+from .serde import decode, encode
 from .store import Store
 
-__all__ = ["LangGraphTables", "needed", "run_id_of"]
+__all__ = ["LangGraphTables", "Values", "needed", "run_id_of"]
 
 _BATCH = 500  # checkpoints whose writes are read (or deleted) in one statement
 _REMEMBERED = 4096  # namespaces whose last prune this process remembers
@@ -94,6 +95,21 @@ def _root_of(metadata: str) -> Any:
     return parents.get("") if isinstance(parents, dict) else None
 
 
+@dataclass(frozen=True)
+class Values:
+    """A checkpoint's channel values as ``put`` stores them.
+
+    ``versions``: every channel's version (as text), what a reader looks up;
+    ``stored``: the channels that have a value at their version (a channel given a
+    new version without a value is stored as ``empty``); ``dump``: a channel's value
+    serialized (``(type, bytes)``), called only for versions not stored yet.
+    """
+
+    versions: dict[str, str]
+    stored: frozenset[str]
+    dump: Callable[[str], tuple[str, bytes]]
+
+
 class LangGraphTables:
     """LangGraph checkpoints and writes of a repository's threads."""
 
@@ -113,6 +129,7 @@ class LangGraphTables:
         history_limit: int | None,
         seen_head: str | None = None,
         run_id: str | None = None,
+        values: Values | None = None,
     ) -> int:
         """Store one checkpoint; return the thread's incarnation.
 
@@ -124,6 +141,9 @@ class LangGraphTables:
         incarnation in ``config`` (recorded when the run read) that is not the
         thread's, means the thread was deleted or replaced since the run read it:
         StaleStateError with ``replaced``.
+
+        ``values`` are the checkpoint's channel values, kept in ``lg_blobs`` by
+        channel and version: a version already stored is not serialized again.
         """
         ids = self._store.ids(config)
         c = self._store.tables.lg_checkpoints
@@ -168,12 +188,47 @@ class LangGraphTables:
                     metadata=metadata,
                     created_at=now,
                     run_id=run_id,
+                    versions=None if values is None else encode(values.versions, "versions"),
                 )
             )
+            if values is not None:
+                await self._put_values(conn, ids.thread_id, ns, values)
             if history_limit is not None:
                 await self._bound(conn, ids.thread_id, ns, history_limit)
         incarnation: int = row.incarnation
         return incarnation
+
+    async def _put_values(self, conn: Any, thread_id: Any, ns: str, values: Values) -> None:
+        """Store the versions of a checkpoint's values that are not stored yet."""
+        b = self._store.tables.lg_blobs
+        wanted = [(ch, v) for ch, v in values.versions.items() if ch in values.stored]
+        if not wanted:
+            return
+        here = (b.c.thread_id == thread_id, b.c.checkpoint_ns == ns)
+        stored: set[tuple[str, str]] = set()
+        for start in range(0, len(wanted), _BATCH):
+            found = await conn.execute(
+                select(b.c.channel, b.c.version).where(
+                    *here, tuple_(b.c.channel, b.c.version).in_(wanted[start : start + _BATCH])
+                )
+            )
+            stored.update((r.channel, r.version) for r in found)
+        new = [
+            {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "channel": channel,
+                "version": version,
+                **dict(zip(("type", "blob"), values.dump(channel), strict=True)),
+            }
+            for channel, version in wanted
+            if (channel, version) not in stored
+        ]
+        if new:
+            insert_new = self._store.backend.insert_ignore(
+                b, "thread_id", "checkpoint_ns", "channel", "version"
+            )
+            await conn.execute(insert_new, new)
 
     async def _bound(self, conn: Any, thread_id: Any, ns: str, limit: int) -> None:
         """Prune a namespace past ``limit`` checkpoints, keeping what is still needed
@@ -236,7 +291,8 @@ class LangGraphTables:
         return len(keep), len(doomed)
 
     async def _delete(self, conn: Any, thread_id: Any, ns: str, doomed: list[str]) -> None:
-        """Delete these checkpoints of a namespace, with their writes."""
+        """Delete these checkpoints of a namespace, with their writes and the values no
+        checkpoint left names."""
         c, w = self._store.tables.lg_checkpoints, self._store.tables.lg_writes
         for start in range(0, len(doomed), _BATCH):
             batch = doomed[start : start + _BATCH]
@@ -248,6 +304,24 @@ class LangGraphTables:
                         table.c.checkpoint_id.in_(batch),
                     )
                 )
+        if doomed:
+            await self._collect(conn, thread_id, ns)
+
+    async def _collect(self, conn: Any, thread_id: Any, ns: str) -> None:
+        """Delete the values of a namespace that no checkpoint of it names any more."""
+        c, b = self._store.tables.lg_checkpoints, self._store.tables.lg_blobs
+        named: set[tuple[str, str]] = set()
+        versions = select(c.c.versions).where(
+            c.c.thread_id == thread_id, c.c.checkpoint_ns == ns, c.c.versions.is_not(None)
+        )
+        for text in (await conn.execute(versions)).scalars():
+            named.update(decode(text).items())
+        here = (b.c.thread_id == thread_id, b.c.checkpoint_ns == ns)
+        stored = await conn.execute(select(b.c.channel, b.c.version).where(*here))
+        doomed = sorted({(r.channel, r.version) for r in stored} - named)
+        for start in range(0, len(doomed), _BATCH):
+            batch = doomed[start : start + _BATCH]
+            await conn.execute(delete(b).where(*here, tuple_(b.c.channel, b.c.version).in_(batch)))
 
     async def _prune_subgraph_runs(self, conn: Any, thread_id: Any, roots: set[str]) -> None:
         """Delete the namespaces of subgraph runs (``node:task``: one per run) all of
@@ -340,8 +414,9 @@ class LangGraphTables:
         limit: int | None,
         metadata: dict[str, Any] | None = None,
         among: list[str] | None = None,
-    ) -> list[tuple[Any, list[Any]]]:
-        """Checkpoints newest first (with their writes), narrowed as asked.
+    ) -> list[tuple[Any, list[Any], dict[str, tuple[str, bytes]]]]:
+        """Checkpoints newest first (with their writes, and the values they name in
+        ``lg_blobs``: ``{channel: (type, blob)}``), narrowed as asked.
 
         A config without a thread lists every thread the caller may see: the user's
         while isolation applies, every thread otherwise. ``metadata`` keeps the
@@ -419,9 +494,52 @@ class LangGraphTables:
                     key = (write.thread_id, write.checkpoint_ns, write.checkpoint_id)
                     if key in writes:
                         writes[key].append(write)
+            values = await self._values(conn, rows)
         return [
-            (row, writes[(row.thread_id, row.checkpoint_ns, row.checkpoint_id)]) for row in rows
+            (
+                row,
+                writes[(row.thread_id, row.checkpoint_ns, row.checkpoint_id)],
+                values.get((row.thread_id, row.checkpoint_ns, row.checkpoint_id), {}),
+            )
+            for row in rows
         ]
+
+    async def _values(
+        self, conn: Any, rows: Sequence[Any]
+    ) -> dict[tuple[Any, str, str], dict[str, tuple[str, bytes]]]:
+        """The ``lg_blobs`` values of these checkpoints: ``{channel: (type, blob)}``
+        each, read in one query per namespace and batch of versions (a version shared
+        by many checkpoints is read once)."""
+        b = self._store.tables.lg_blobs
+        wanted: dict[tuple[Any, str], set[tuple[str, str]]] = {}
+        named: list[tuple[Any, dict[str, str]]] = []
+        for row in rows:
+            if row.versions is None:  # its values are inline (written before 0005)
+                continue
+            versions = decode(row.versions)
+            named.append((row, versions))
+            wanted.setdefault((row.thread_id, row.checkpoint_ns), set()).update(versions.items())
+        found: dict[tuple[Any, str, str, str], tuple[str, bytes]] = {}
+        for (thread_id, ns), pairs in wanted.items():
+            ordered = sorted(pairs)
+            for start in range(0, len(ordered), _BATCH):
+                stmt = select(b.c.channel, b.c.version, b.c.type, b.c.blob).where(
+                    b.c.thread_id == thread_id,
+                    b.c.checkpoint_ns == ns,
+                    tuple_(b.c.channel, b.c.version).in_(ordered[start : start + _BATCH]),
+                )
+                for blob in await conn.execute(stmt):
+                    key = (thread_id, ns, blob.channel, blob.version)
+                    found[key] = (blob.type, bytes(blob.blob))
+        values: dict[tuple[Any, str, str], dict[str, tuple[str, bytes]]] = {}
+        for row, versions in named:
+            t, ns = row.thread_id, row.checkpoint_ns
+            values[(t, ns, row.checkpoint_id)] = {
+                channel: found[(t, ns, channel, version)]
+                for channel, version in versions.items()
+                if (t, ns, channel, version) in found
+            }
+        return values
 
     async def ancestors(
         self, config: dict[str, Any], ns: str, checkpoint_id: str | None
@@ -460,7 +578,7 @@ class LangGraphTables:
         the thread's lock.
         """
         store = self._store
-        c, w, t = store.tables.lg_checkpoints, store.tables.lg_writes, store.tables.threads
+        c, t = store.tables.lg_checkpoints, store.tables.threads
         ids = store.ids(config, need_thread=False)
         wanted = sorted({key for run in run_ids if (key := run_id_of({"run_id": run}))})
         if not wanted:
@@ -479,15 +597,11 @@ class LangGraphTables:
         for thread_id, doomed in found.items():
             self._forget(thread_id)
             async with store.write(thread_id) as (conn, _):
+                spaces: dict[str, list[str]] = {}
                 for ns, checkpoint_id in doomed:
-                    for table in (w, c):
-                        await conn.execute(
-                            delete(table).where(
-                                table.c.thread_id == thread_id,
-                                table.c.checkpoint_ns == ns,
-                                table.c.checkpoint_id == checkpoint_id,
-                            )
-                        )
+                    spaces.setdefault(ns, []).append(checkpoint_id)
+                for ns, ids_of_runs in spaces.items():
+                    await self._delete(conn, thread_id, ns, ids_of_runs)
         return sum(len(doomed) for doomed in found.values())
 
     async def prune(self, configs: Iterable[dict[str, Any]], keep_latest: bool) -> None:
@@ -522,8 +636,8 @@ class LangGraphTables:
                     continue
                 store.check_owner(ids, locked)
                 if not keep_latest:
-                    await conn.execute(delete(w).where(w.c.thread_id == thread_id))
-                    await conn.execute(delete(c).where(c.c.thread_id == thread_id))
+                    for table in (w, store.tables.lg_blobs, c):
+                        await conn.execute(delete(table).where(table.c.thread_id == thread_id))
                     continue
                 spaces = select(c.c.checkpoint_ns).where(c.c.thread_id == thread_id).distinct()
                 for ns in (await conn.execute(spaces)).scalars().all():
@@ -535,34 +649,38 @@ class LangGraphTables:
             del self._kept[key]
 
     async def copy(self, source: dict[str, Any], target: dict[str, Any]) -> None:
-        """Copy the checkpoints and writes of the source config's thread to the target's.
+        """Copy the checkpoints, writes and values of the source config's thread to the
+        target's.
 
         The source is read as the caller may see it (another user's thread is absent:
         nothing is copied). The target is created for the caller (or, for an operator,
         for the source's owner); another user's target is a ThreadOwnershipError.
         """
         store = self._store
-        c, w = store.tables.lg_checkpoints, store.tables.lg_writes
+        c, w, b = store.tables.lg_checkpoints, store.tables.lg_writes, store.tables.lg_blobs
         src, dst = store.ids(source), store.ids(target)
         t = store.tables.threads
         async with store.snapshot() as conn:
             owner = (await conn.execute(select(t.c.user_id).where(store.owned(src)))).first()
-            checkpoints = [
-                dict(r._mapping)
-                for r in await conn.execute(select(*c.c).where(c.c.thread_id == src.thread_id))
-            ]
-            writes = [
-                dict(r._mapping)
-                for r in await conn.execute(select(*w.c).where(w.c.thread_id == src.thread_id))
-            ]
-        if owner is None or not checkpoints:
+            rows = {
+                table: [
+                    dict(r._mapping)
+                    for r in await conn.execute(
+                        select(*table.c).where(table.c.thread_id == src.thread_id)
+                    )
+                ]
+                for table in (c, w, b)
+            }
+        if owner is None or not rows[c]:
             return
         user = dst.user_id if dst.isolated else owner.user_id
         ids = RunIds(thread_id=dst.thread_id, user_id=user, isolated=dst.isolated)
         async with store.write(dst.thread_id) as (conn, locked):
             await store.claim_thread(conn, ids, locked, store.now())
-            await conn.execute(delete(w).where(w.c.thread_id == dst.thread_id))
-            await conn.execute(delete(c).where(c.c.thread_id == dst.thread_id))
-            await conn.execute(insert(c), [{**r, "thread_id": dst.thread_id} for r in checkpoints])
-            if writes:
-                await conn.execute(insert(w), [{**r, "thread_id": dst.thread_id} for r in writes])
+            for table in (w, b, c):
+                await conn.execute(delete(table).where(table.c.thread_id == dst.thread_id))
+            for table in (c, w, b):
+                if rows[table]:
+                    await conn.execute(
+                        insert(table), [{**r, "thread_id": dst.thread_id} for r in rows[table]]
+                    )

@@ -178,6 +178,9 @@ class LangGraphCheckpointRow(Base):
     checkpoint_metadata: Mapped[str] = mapped_column("metadata")
     created_at: Mapped[datetime]
     run_id: Mapped[str | None] = mapped_column(String(255), index=True)
+    #: ``{channel: version}`` of the values kept in ``lg_blobs`` (JSON); NULL for a
+    #: checkpoint written with its values inline (before 0005).
+    versions: Mapped[str | None]
 
 
 class LangGraphWriteRow(Base):
@@ -196,6 +199,23 @@ class LangGraphWriteRow(Base):
     type: Mapped[str] = mapped_column(String(64))
     value: Mapped[bytes] = mapped_column(LargeBinary)
     task_path: Mapped[str]
+
+
+class LangGraphBlobRow(Base):
+    """One version of one channel's value (LangGraph's serde), shared by every
+    checkpoint of the namespace that has that version: a value is stored when it
+    changes, not with every checkpoint."""
+
+    __tablename__ = "lg_blobs"
+
+    thread_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("threads.thread_id", ondelete="CASCADE"), primary_key=True
+    )
+    checkpoint_ns: Mapped[str] = mapped_column(String(255), primary_key=True)
+    channel: Mapped[str] = mapped_column(String(255), primary_key=True)
+    version: Mapped[str] = mapped_column(String(255), primary_key=True)
+    type: Mapped[str] = mapped_column(String(64))
+    blob: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class StoreRow(Base):
@@ -218,6 +238,7 @@ class Tables(NamedTuple):
     lg_checkpoints: Table
     lg_writes: Table
     store: Table
+    lg_blobs: Table
 
     @property
     def of_thread(self) -> tuple[Table, ...]:
@@ -227,6 +248,7 @@ class Tables(NamedTuple):
             self.messages,
             self.tool_executions,
             self.lg_writes,
+            self.lg_blobs,
             self.lg_checkpoints,
             self.threads,
         )

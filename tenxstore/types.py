@@ -12,6 +12,7 @@ __all__ = [
     "Health",
     "ImportOutcome",
     "Imported",
+    "LangGraphBlob",
     "LangGraphCheckpoint",
     "LangGraphWrite",
     "MessageRecord",
@@ -134,6 +135,9 @@ class LangGraphCheckpoint:
     checkpoint: bytes
     metadata: dict[str, Any]
     created_at: datetime
+    #: Its channels' versions, whose values are :class:`LangGraphBlob` s; None when
+    #: the values are inline in ``checkpoint`` (written before tenxstore kept them apart).
+    versions: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -151,9 +155,22 @@ class LangGraphWrite:
 
 
 @dataclass(frozen=True)
+class LangGraphBlob:
+    """One version of one channel's value (as LangGraph's serde wrote it), shared by
+    the checkpoints of its namespace that name that version."""
+
+    checkpoint_ns: str
+    channel: str
+    version: str
+    type: str
+    blob: bytes
+
+
+@dataclass(frozen=True)
 class ThreadExport:
     """Everything a store holds of one thread: its record, retained states (newest
-    first), messages (in order), tool ledger, and LangGraph checkpoints and writes.
+    first), messages (in order), tool ledger, and LangGraph checkpoints, writes and
+    channel values.
     ``aimport_thread`` writes it back."""
 
     thread: ThreadInfo
@@ -162,6 +179,7 @@ class ThreadExport:
     tool_executions: tuple[ToolExecution, ...]
     langgraph_checkpoints: tuple[LangGraphCheckpoint, ...] = ()
     langgraph_writes: tuple[LangGraphWrite, ...] = ()
+    langgraph_blobs: tuple[LangGraphBlob, ...] = ()
 
 
 @dataclass(frozen=True)

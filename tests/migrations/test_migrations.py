@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing
 import os
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
+import sqlalchemy as sa
 from sqlalchemy import create_engine, inspect
 
 import tenxstore
@@ -27,6 +30,7 @@ TABLES = {
     "tool_executions",
     "lg_checkpoints",
     "lg_writes",
+    "lg_blobs",
     "tenxstore_store",
 }
 
@@ -306,9 +310,10 @@ async def test_other_id_types_without_setup_are_a_config_error(database: Any) ->
             await other.aget_state({"thread_id": 5, "user_id": "a"})
 
 
-async def test_langgraph_run_ids_are_filled_in_by_the_migration(database: Any) -> None:
-    """0005 fills ``lg_checkpoints.run_id`` from the metadata of checkpoints written
-    before it, so adelete_for_runs finds them by the index."""
+async def test_langgraph_checkpoints_from_before_0005_read_as_they_did(database: Any) -> None:
+    """Checkpoints stored with their values inline (before 0005) read as they did,
+    and 0005 fills their ``run_id`` from the metadata, so adelete_for_runs finds them
+    by the index; a run goes on from them in the new layout."""
     pytest.importorskip("langgraph.checkpoint.base")
     from langgraph.checkpoint.base import empty_checkpoint
 
@@ -318,17 +323,53 @@ async def test_langgraph_run_ids_are_filled_in_by_the_migration(database: Any) -
     repo = tenxstore.CheckpointRepository(url, schema=schema, enforce_user_isolation=False)
     try:
         await repo.asetup()
-        saver = TenxCheckpointSaver(repo)
-        config: dict[str, Any] = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
-        for run in ("run-a", "run-b", "run-a"):
-            checkpoint = empty_checkpoint()
-            config = await saver.aput(config, checkpoint, {"run_id": run}, {})
+        await repo.aput_thread({"thread_id": "t"})
         alembic = migrate.alembic_config(url=url, schema=schema)
         await asyncio.to_thread(command.downgrade, alembic, "0004_hot_updates")
+        saver = TenxCheckpointSaver(repo)
+        old = sa.table(  # lg_checkpoints as 0002-0004 made it
+            "lg_checkpoints",
+            *(sa.column(name) for name in ("thread_id", "checkpoint_ns", "checkpoint_id")),
+            *(sa.column(name) for name in ("parent_checkpoint_id", "type", "checkpoint")),
+            sa.column("metadata"),
+            sa.column("created_at"),
+            schema=schema,
+        )
+        rows, parent = [], None
+        for n, run in enumerate(("run-a", "run-b", "run-a")):
+            checkpoint = empty_checkpoint()
+            checkpoint["channel_values"] = {"n": n, "items": [n] * 3}
+            checkpoint["channel_versions"] = {"n": str(n), "items": str(n)}
+            kind, data = saver.serde.dumps_typed(checkpoint)
+            rows.append(
+                {
+                    "thread_id": "t",
+                    "checkpoint_ns": "",
+                    "checkpoint_id": checkpoint["id"],
+                    "parent_checkpoint_id": parent,
+                    "type": kind,
+                    "checkpoint": data,
+                    "metadata": json.dumps({"run_id": run, "step": n}),
+                    "created_at": datetime.now(timezone.utc),
+                }
+            )
+            parent = checkpoint["id"]
+        async with repo.engine.begin() as conn:
+            await conn.execute(sa.insert(old), rows)
         await asyncio.to_thread(command.upgrade, alembic, "head")
-        runs = [t.metadata["run_id"] async for t in saver.alist(None)]
-        assert sorted(runs) == ["run-a", "run-a", "run-b"]
+        listed = [t async for t in saver.alist(None)]
+        assert [t.checkpoint["channel_values"]["n"] for t in listed] == [2, 1, 0]
+        assert listed[0].checkpoint["channel_values"]["items"] == [2, 2, 2]
+        head = listed[0]
+        checkpoint = empty_checkpoint()  # a run goes on: values from here are in lg_blobs
+        checkpoint["channel_values"] = {**head.checkpoint["channel_values"], "n": 3}
+        checkpoint["channel_versions"] = {"n": "3", "items": "2"}
+        await saver.aput(head.config, checkpoint, {"run_id": "run-c"}, {"n": "3"})
+        latest = await saver.aget_tuple({"configurable": {"thread_id": "t"}})
+        assert latest is not None
+        assert latest.checkpoint["channel_values"] == {"n": 3, "items": [2, 2, 2]}
         await saver.adelete_for_runs(["run-a"])
-        assert [t.metadata["run_id"] async for t in saver.alist(None)] == ["run-b"]
+        runs = [t.metadata["run_id"] async for t in saver.alist(None)]
+        assert runs == ["run-c", "run-b"]
     finally:
         await repo.aclose()
