@@ -15,7 +15,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, delete, func, insert, literal, select, tuple_
+from sqlalchemy import (
+    Integer,
+    String,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+    tuple_,
+)
 
 from .config import RunIds, recorded_incarnation
 from .errors import StaleStateError
@@ -110,11 +121,36 @@ class Values:
     dump: Callable[[str], tuple[str, bytes]]
 
 
+class _Statements:
+    """The statements of every put, built once (with bind parameters)."""
+
+    def __init__(self, store: Store) -> None:
+        c = store.tables.lg_checkpoints
+        here = and_(
+            c.c.thread_id == bindparam("t", type_=c.c.thread_id.type),
+            c.c.checkpoint_ns == bindparam("ns", type_=String()),
+        )
+        newest = select(c.c.checkpoint_id).where(here).order_by(c.c.checkpoint_id.desc())
+        parent = select(literal(1)).where(
+            here, c.c.checkpoint_id == bindparam("parent", type_=String())
+        )
+        #: The namespace's newest checkpoint, whether the parent exists, and the one at
+        #: offset ``off`` from the newest (None: fewer): one round trip.
+        self.look = select(
+            newest.limit(1).scalar_subquery(),
+            parent.scalar_subquery(),
+            newest.offset(bindparam("off", type_=Integer())).limit(1).scalar_subquery(),
+        )
+        #: A checkpoint, replacing one of the same id.
+        self.put_checkpoint = store.backend.upsert(c, "thread_id", "checkpoint_ns", "checkpoint_id")
+
+
 class LangGraphTables:
     """LangGraph checkpoints and writes of a repository's threads."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        self._sql = _Statements(store)
         # (thread, namespace) -> checkpoints its last prune kept (in this process)
         self._kept: OrderedDict[tuple[Any, str], int] = OrderedDict()
 
@@ -146,23 +182,26 @@ class LangGraphTables:
         channel and version: a version already stored is not serialized again.
         """
         ids = self._store.ids(config)
-        c = self._store.tables.lg_checkpoints
-        here = and_(c.c.thread_id == ids.thread_id, c.c.checkpoint_ns == ns)
         now = self._store.now()
+        key = (ids.thread_id, ns)
+        limit = history_limit
+        # pruned once the namespace holds a tenth of the limit more than it kept last
+        probe = (
+            None
+            if limit is None
+            else max(self._kept.get(key, limit), limit) + max(limit // 10, 1) - 2
+        )
         async with self._store.write(ids.thread_id) as (conn, locked):
             self._same_life(config, ids, locked, parent_id)
             row = await self._store.claim_thread(conn, ids, locked, now)
-            newest = (
+            newest, has_parent, beyond = (
                 await conn.execute(
-                    select(c.c.checkpoint_id)
-                    .where(here)
-                    .order_by(c.c.checkpoint_id.desc())
-                    .limit(1)
+                    self._sql.look,
+                    {"t": ids.thread_id, "ns": ns, "parent": parent_id, "off": probe or 0},
                 )
-            ).scalar()
+            ).one()
             if parent_id is not None and newest != parent_id:
-                parent = select(c.c.checkpoint_id).where(here, c.c.checkpoint_id == parent_id)
-                gone = (await conn.execute(parent)).first() is None
+                gone = has_parent is None
                 if gone and recorded_incarnation(config) is not None:  # the same life
                     raise StaleStateError(
                         ids.thread_id,
@@ -176,25 +215,29 @@ class LangGraphTables:
                     raise StaleStateError(
                         ids.thread_id, seen_head or parent_id, newest or "(none)", replaced=gone
                     )
-            await conn.execute(delete(c).where(here, c.c.checkpoint_id == checkpoint_id))
             await conn.execute(
-                insert(c).values(
-                    thread_id=ids.thread_id,
-                    checkpoint_ns=ns,
-                    checkpoint_id=checkpoint_id,
-                    parent_checkpoint_id=parent_id,
-                    type=typed[0],
-                    checkpoint=typed[1],
-                    metadata=metadata,
-                    created_at=now,
-                    run_id=run_id,
-                    versions=None if values is None else encode(values.versions, "versions"),
-                )
+                self._sql.put_checkpoint,
+                {
+                    "thread_id": ids.thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": checkpoint_id,
+                    "parent_checkpoint_id": parent_id,
+                    "type": typed[0],
+                    "checkpoint": typed[1],
+                    "metadata": metadata,
+                    "created_at": now,
+                    "run_id": run_id,
+                    "versions": None if values is None else encode(values.versions, "versions"),
+                },
             )
             if values is not None:
                 await self._put_values(conn, ids.thread_id, ns, values)
-            if history_limit is not None:
-                await self._bound(conn, ids.thread_id, ns, history_limit)
+            if limit is not None and beyond is not None:  # grown by a tenth since it was
+                self._remember(key, self._kept.get(key, limit))
+                kept, pruned = await self._prune_namespace(conn, ids.thread_id, ns, limit)
+                # Nothing to prune (a DeltaChannel graph's namespace, kept whole): look
+                # again when it has doubled, so the looks cost O(1) per put.
+                self._remember(key, kept if pruned else 2 * kept)
         incarnation: int = row.incarnation
         return incarnation
 
@@ -230,28 +273,13 @@ class LangGraphTables:
             )
             await conn.execute(insert_new, new)
 
-    async def _bound(self, conn: Any, thread_id: Any, ns: str, limit: int) -> None:
-        """Prune a namespace past ``limit`` checkpoints, keeping what is still needed
-        (:func:`needed`). Looked at when the namespace holds ``limit / 10`` more than
-        it kept last time (one indexed probe per put), not at every put."""
-        c = self._store.tables.lg_checkpoints
-        key = (thread_id, ns)
-        kept = self._kept.pop(key, limit)
+    def _remember(self, key: tuple[Any, str], kept: int) -> None:
+        """How many checkpoints a namespace's last prune kept (the next looks past it
+        and a tenth of the limit): in this process, for the most recent namespaces."""
+        self._kept.pop(key, None)
         self._kept[key] = kept
         while len(self._kept) > _REMEMBERED:
             self._kept.popitem(last=False)
-        probe = (
-            select(c.c.checkpoint_id)
-            .where(c.c.thread_id == thread_id, c.c.checkpoint_ns == ns)
-            .order_by(c.c.checkpoint_id.desc())
-            .offset(max(kept, limit) + max(limit // 10, 1) - 1)
-            .limit(1)
-        )
-        if (await conn.execute(probe)).first() is not None:
-            kept, pruned = await self._prune_namespace(conn, thread_id, ns, limit)
-            # Nothing to prune (a DeltaChannel graph's namespace, kept whole): look
-            # again when it has doubled, so the looks cost O(1) per put.
-            self._kept[key] = kept if pruned else 2 * kept
 
     async def _prune_namespace(
         self, conn: Any, thread_id: Any, ns: str, newest: int, *, branches: bool = True

@@ -446,6 +446,10 @@ class Backend(ABC):
         """``INSERT ... ON CONFLICT (conflict) DO NOTHING`` on this database."""
 
     @abstractmethod
+    def upsert(self, table: Table, *conflict: str) -> Insert:
+        """``INSERT ... ON CONFLICT (conflict) DO UPDATE`` of every other column."""
+
+    @abstractmethod
     def is_lock_timeout(self, exc: DBAPIError) -> bool:
         """Whether a driver error is a lock wait that ran out."""
 

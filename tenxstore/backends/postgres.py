@@ -464,6 +464,11 @@ class PostgresBackend(Backend):
     def insert_ignore(self, table: Table, *conflict: str) -> Insert:
         return pg_insert(table).on_conflict_do_nothing(index_elements=list(conflict))
 
+    def upsert(self, table: Table, *conflict: str) -> Insert:
+        stmt = pg_insert(table)
+        others = {c.name: stmt.excluded[c.name] for c in table.c if c.name not in conflict}
+        return stmt.on_conflict_do_update(index_elements=list(conflict), set_=others)
+
     def is_lock_timeout(self, exc: DBAPIError) -> bool:
         return getattr(exc.orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE
 

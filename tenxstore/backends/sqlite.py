@@ -384,6 +384,11 @@ class SqliteBackend(Backend):
     def insert_ignore(self, table: Table, *conflict: str) -> Insert:
         return sqlite_insert(table).on_conflict_do_nothing(index_elements=list(conflict))
 
+    def upsert(self, table: Table, *conflict: str) -> Insert:
+        stmt = sqlite_insert(table)
+        others = {c.name: stmt.excluded[c.name] for c in table.c if c.name not in conflict}
+        return stmt.on_conflict_do_update(index_elements=list(conflict), set_=others)
+
     def is_lock_timeout(self, exc: DBAPIError) -> bool:
         code = getattr(exc.orig, "sqlite_errorcode", None)  # Python 3.11+
         return isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
