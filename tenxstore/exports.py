@@ -80,26 +80,24 @@ class ThreadExports:
         messages = await conn.execute(
             select(m.c.payload, m.c.created_at).where(m.c.thread_id == thread_id).order_by(m.c.seq)
         )
-        calls = await conn.execute(
-            select(*x.c)
-            .where(x.c.thread_id == thread_id)
-            .order_by(x.c.started_at, x.c.tool_call_id)
-        )
-        checkpoints = await conn.execute(
-            select(*c.c)
-            .where(c.c.thread_id == thread_id)
-            .order_by(c.c.checkpoint_ns, c.c.checkpoint_id)
-        )
-        writes = await conn.execute(
-            select(*w.c)
-            .where(w.c.thread_id == thread_id)
-            .order_by(w.c.checkpoint_ns, w.c.checkpoint_id, w.c.task_id, w.c.idx)
+        # Sorted here, not by the database: a collation would order names differently
+        # on another database, and an export must be the same wherever it is read.
+        calls = sorted(
+            (await conn.execute(select(*x.c).where(x.c.thread_id == thread_id))).all(),
+            key=lambda r: (utc(r.started_at), r.tool_call_id),
         )
         b = self._store.tables.lg_blobs
-        blobs = await conn.execute(
-            select(*b.c)
-            .where(b.c.thread_id == thread_id)
-            .order_by(b.c.checkpoint_ns, b.c.channel, b.c.version)
+        checkpoints = sorted(
+            (await conn.execute(select(*c.c).where(c.c.thread_id == thread_id))).all(),
+            key=lambda r: (r.checkpoint_ns, r.checkpoint_id),
+        )
+        writes = sorted(
+            (await conn.execute(select(*w.c).where(w.c.thread_id == thread_id))).all(),
+            key=lambda r: (r.checkpoint_ns, r.checkpoint_id, r.task_id, r.idx),
+        )
+        blobs = sorted(
+            (await conn.execute(select(*b.c).where(b.c.thread_id == thread_id))).all(),
+            key=lambda r: (r.checkpoint_ns, r.channel, r.version),
         )
         return ThreadExport(
             thread=thread_info(row),

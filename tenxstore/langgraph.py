@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 try:
@@ -69,6 +70,12 @@ HEAD_KEY = "_checkpoint_head"
 """In a config the saver returns: the namespace's newest checkpoint when it was read."""
 _SYNC = BackgroundLoop("tenxstore-langgraph")
 _DELTA_BATCH = 100  # ancestors read per query while looking for DeltaChannel seeds
+_KEY = 255  # the longest channel name and version lg_blobs keys hold
+_FOUND_EMPTY: ContextVar[frozenset[tuple[int, Any, str]]] = ContextVar(
+    "tenxstore_langgraph_found_empty", default=frozenset()
+)
+"""(saver, thread, namespace) this run read as empty: its first checkpoint must find
+it empty still (LangGraph writes it from a task that inherits this context)."""
 
 
 def _configurable(config: RunnableConfig | None) -> dict[str, Any]:
@@ -207,16 +214,25 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         ns = conf.get("checkpoint_ns", "")
         parent = conf.get("checkpoint_id")
         channel_values = checkpoint["channel_values"]
-        # The values go to lg_blobs, each version once; the checkpoint names them.
-        typed = self.serde.dumps_typed({**checkpoint, "channel_values": {}})
+        # The values go to lg_blobs, each version once; the checkpoint names them. A
+        # name or version longer than the table's key holds stays inline.
+        versions = {
+            ch: str(v)
+            for ch, v in checkpoint["channel_versions"].items()
+            if len(ch) <= _KEY and len(str(v)) <= _KEY
+        }
+        inline = {ch: v for ch, v in channel_values.items() if ch not in versions}
+        typed = self.serde.dumps_typed({**checkpoint, "channel_values": inline})
         values = Values(
-            versions={ch: str(v) for ch, v in checkpoint["channel_versions"].items()},
-            stored=frozenset(channel_values) & frozenset(checkpoint["channel_versions"]),
+            versions=versions,
+            stored=frozenset(channel_values) & frozenset(versions),
+            new=frozenset(new_versions),
             dump=lambda channel: self.serde.dumps_typed(channel_values[channel]),
         )
         full_metadata = get_checkpoint_metadata(config, metadata)
         meta = encode(full_metadata, "metadata")
         seen = conf.get(HEAD_KEY)
+        found_empty = (id(self._tables), conf["thread_id"], ns) in _FOUND_EMPTY.get()
         incarnation = await self._tables.put(
             scoped,
             ns,
@@ -228,7 +244,10 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             seen_head=seen if isinstance(seen, str) else None,
             run_id=run_id_of(dict(full_metadata)),
             values=values,
+            found_empty=found_empty,
         )
+        if found_empty:  # the namespace has a head now: the next first write needs a read
+            _FOUND_EMPTY.set(_FOUND_EMPTY.get() - {(id(self._tables), conf["thread_id"], ns)})
         return {
             "configurable": {
                 **{k: v for k, v in conf.items() if k == "user_id"},
@@ -364,13 +383,13 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         """The checkpoint named in ``config``, or the namespace's newest."""
         scoped = self._scoped(config)
         conf = scoped["configurable"]
-        rows = await self._tables.rows(
-            scoped,
-            conf.get("checkpoint_ns", ""),
-            get_checkpoint_id(config),
-            None,
-            1,
-        )
+        ns = conf.get("checkpoint_ns", "")
+        checkpoint_id = get_checkpoint_id(config)
+        rows = await self._tables.rows(scoped, ns, checkpoint_id, None, 1)
+        if checkpoint_id is None:  # what this run saw of the namespace's head
+            key = (id(self._tables), conf.get("thread_id"), ns)
+            seen = _FOUND_EMPTY.get()
+            _FOUND_EMPTY.set(seen - {key} if rows else seen | {key})
         return self._tuple(*rows[0]) if rows else None
 
     async def alist(

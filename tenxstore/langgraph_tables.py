@@ -110,14 +110,16 @@ def _root_of(metadata: str) -> Any:
 class Values:
     """A checkpoint's channel values as ``put`` stores them.
 
-    ``versions``: every channel's version (as text), what a reader looks up;
-    ``stored``: the channels that have a value at their version (a channel given a
-    new version without a value is stored as ``empty``); ``dump``: a channel's value
-    serialized (``(type, bytes)``), called only for versions not stored yet.
+    ``versions``: the channels' versions (as text), what a reader looks up;
+    ``stored``: the channels that have a value at their version; ``new``: the
+    channels LangGraph gave a new version (their values are written, replacing what
+    a checkpoint put again stored); ``dump``: a channel's value serialized
+    (``(type, bytes)``), called for the new ones and for versions not stored yet.
     """
 
     versions: dict[str, str]
     stored: frozenset[str]
+    new: frozenset[str]
     dump: Callable[[str], tuple[str, bytes]]
 
 
@@ -143,6 +145,10 @@ class _Statements:
         )
         #: A checkpoint, replacing one of the same id.
         self.put_checkpoint = store.backend.upsert(c, "thread_id", "checkpoint_ns", "checkpoint_id")
+        #: A channel's value at a version, replacing one stored at that version.
+        self.put_blob = store.backend.upsert(
+            store.tables.lg_blobs, "thread_id", "checkpoint_ns", "channel", "version"
+        )
 
 
 class LangGraphTables:
@@ -166,6 +172,7 @@ class LangGraphTables:
         seen_head: str | None = None,
         run_id: str | None = None,
         values: Values | None = None,
+        found_empty: bool = False,
     ) -> int:
         """Store one checkpoint; return the thread's incarnation.
 
@@ -179,7 +186,9 @@ class LangGraphTables:
         StaleStateError with ``replaced``.
 
         ``values`` are the checkpoint's channel values, kept in ``lg_blobs`` by
-        channel and version: a version already stored is not serialized again.
+        channel and version: a version already stored is not serialized again. A
+        first checkpoint (no parent) of a run that read the namespace empty
+        (``found_empty``) needs it empty still.
         """
         ids = self._store.ids(config)
         now = self._store.now()
@@ -200,6 +209,15 @@ class LangGraphTables:
                     {"t": ids.thread_id, "ns": ns, "parent": parent_id, "off": probe or 0},
                 )
             ).one()
+            if parent_id is None and found_empty and newest is not None:
+                raise StaleStateError(
+                    ids.thread_id,
+                    "(none)",
+                    newest,
+                    message=f"thread {ids.thread_id!r}: another run wrote checkpoint {newest} "
+                    "after this run found the thread empty; two runs from one head cannot "
+                    "both commit: read the state again (get_state) and run again",
+                )
             if parent_id is not None and newest != parent_id:
                 gone = has_parent is None
                 if gone and recorded_incarnation(config) is not None:  # the same life
@@ -242,36 +260,37 @@ class LangGraphTables:
         return incarnation
 
     async def _put_values(self, conn: Any, thread_id: Any, ns: str, values: Values) -> None:
-        """Store the versions of a checkpoint's values that are not stored yet."""
+        """Store a checkpoint's new values, and those of its other versions that are not
+        stored yet (a run that goes on from a checkpoint written before 0005)."""
         b = self._store.tables.lg_blobs
-        wanted = [(ch, v) for ch, v in values.versions.items() if ch in values.stored]
-        if not wanted:
-            return
         here = (b.c.thread_id == thread_id, b.c.checkpoint_ns == ns)
+        fresh = [(ch, v) for ch, v in values.versions.items() if ch in values.stored & values.new]
+        older = [(ch, v) for ch, v in values.versions.items() if ch in values.stored - values.new]
         stored: set[tuple[str, str]] = set()
-        for start in range(0, len(wanted), _BATCH):
+        for start in range(0, len(older), _BATCH):
             found = await conn.execute(
                 select(b.c.channel, b.c.version).where(
-                    *here, tuple_(b.c.channel, b.c.version).in_(wanted[start : start + _BATCH])
+                    *here, tuple_(b.c.channel, b.c.version).in_(older[start : start + _BATCH])
                 )
             )
             stored.update((r.channel, r.version) for r in found)
-        new = [
-            {
+
+        def row(channel: str, version: str) -> dict[str, Any]:
+            kind, blob = values.dump(channel)
+            return {
                 "thread_id": thread_id,
                 "checkpoint_ns": ns,
                 "channel": channel,
                 "version": version,
-                **dict(zip(("type", "blob"), values.dump(channel), strict=True)),
+                "type": kind,
+                "blob": blob,
             }
-            for channel, version in wanted
-            if (channel, version) not in stored
-        ]
-        if new:
-            insert_new = self._store.backend.insert_ignore(
-                b, "thread_id", "checkpoint_ns", "channel", "version"
-            )
-            await conn.execute(insert_new, new)
+
+        if fresh:
+            await conn.execute(self._sql.put_blob, [row(ch, v) for ch, v in fresh])
+        missing = [row(ch, v) for ch, v in older if (ch, v) not in stored]
+        if missing:
+            await conn.execute(self._sql.put_blob, missing)
 
     def _remember(self, key: tuple[Any, str], kept: int) -> None:
         """How many checkpoints a namespace's last prune kept (the next looks past it

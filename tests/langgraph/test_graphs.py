@@ -122,6 +122,25 @@ async def test_two_runs_from_one_head_cannot_both_commit(backend: Backend) -> No
     assert len(set(parents)) == len(parents)  # a line, not a fork
 
 
+async def test_two_runs_that_found_the_thread_empty_cannot_both_commit(
+    backend: Backend,
+) -> None:
+    saver = ReadTogether(await backend.make()).for_user("alice")
+    graph = chat_graph(saver)
+    saver.gate = asyncio.Barrier(2)
+    outcomes = await asyncio.gather(
+        *(graph.ainvoke({"turns": [x]}, run("new")) for x in "ab"), return_exceptions=True
+    )
+    saver.gate = None
+    refused = [o for o in outcomes if isinstance(o, StaleStateError)]
+    assert len(refused) == 1, outcomes
+    assert "found the thread empty" in str(refused[0])
+    (done,) = [o for o in outcomes if not isinstance(o, BaseException)]
+    assert (await graph.aget_state(run("new"))).values == done  # the winner's turn is there
+    history = [s async for s in graph.aget_state_history(run("new"))]
+    assert sum(s.parent_config is None for s in history) == 1  # one root: a line
+
+
 async def test_interrupt_and_resume(backend: Backend) -> None:
     def ask(state: Chat) -> dict[str, list[str]]:
         answer = interrupt("approve?")

@@ -228,3 +228,19 @@ async def test_delete_for_runs_finds_any_run_id_by_the_index(backend: Backend) -
     await saver.adelete_for_runs([runs[0], str(runs[2]), runs[3]])
     left = {t.config["configurable"]["thread_id"] async for t in saver.alist(None)}
     assert left == {"t1", "t4"}
+
+
+async def test_channel_values_read_back_as_put(backend: Backend) -> None:
+    """Values live in lg_blobs by channel and version: a channel named longer than its
+    key stays inline, and a checkpoint put again with new values reads the new ones."""
+    saver = TenxCheckpointSaver(await backend.make(enforce_user_isolation=False))
+    long = "c" * 300
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"short": [1, 2], long: {"x": 1}}
+    checkpoint["channel_versions"] = {"short": "1", long: "1"}
+    stored = await saver.aput(root("t"), checkpoint, {}, {"short": "1", long: "1"})
+    again = {**checkpoint, "channel_values": {"short": [3], long: {"x": 2}}}
+    await saver.aput(root("t"), again, {}, {"short": "1", long: "1"})  # the same id
+    found = await saver.aget_tuple(stored)
+    assert found is not None
+    assert found.checkpoint["channel_values"] == {"short": [3], long: {"x": 2}}
