@@ -229,7 +229,11 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             new=frozenset(new_versions),
             dump=lambda channel: self.serde.dumps_typed(channel_values[channel]),
         )
-        full_metadata = get_checkpoint_metadata(config, metadata)
+        full_metadata = {  # tenxstore's own config keys are not the run's metadata
+            k: v
+            for k, v in get_checkpoint_metadata(config, metadata).items()
+            if k not in (HEAD_KEY, INCARNATION_KEY)
+        }
         meta = encode(full_metadata, "metadata")
         seen = conf.get(HEAD_KEY)
         found_empty = (id(self._tables), conf["thread_id"], ns) in _FOUND_EMPTY.get()
@@ -242,7 +246,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             meta,
             self.history_limit,
             seen_head=seen if isinstance(seen, str) else None,
-            run_id=run_id_of(dict(full_metadata)),
+            run_id=run_id_of(full_metadata),
             values=values,
             found_empty=found_empty,
         )
@@ -433,7 +437,9 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         remaining = set(channels)
         for start in range(0, len(chain), _DELTA_BATCH):
             batch = chain[start : start + _DELTA_BATCH]
-            rows = await self._tables.rows(scoped, ns, None, None, None, among=batch)
+            rows = await self._tables.rows(
+                scoped, ns, None, None, None, among=batch, channels=remaining
+            )
             by_id = {found[0].checkpoint_id: found for found in rows}
             for checkpoint_id in batch:  # parent first
                 if not remaining or checkpoint_id not in by_id:

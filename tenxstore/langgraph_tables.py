@@ -461,6 +461,7 @@ class LangGraphTables:
         limit: int | None,
         metadata: dict[str, Any] | None = None,
         among: list[str] | None = None,
+        channels: Iterable[str] | None = None,
     ) -> list[tuple[Any, list[Any], dict[str, tuple[str, bytes]]]]:
         """Checkpoints newest first (with their writes, and the values they name in
         ``lg_blobs``: ``{channel: (type, blob)}``), narrowed as asked.
@@ -469,7 +470,8 @@ class LangGraphTables:
         while isolation applies, every thread otherwise. ``metadata`` keeps the
         checkpoints whose metadata has those top-level values: narrowed in SQL by
         each pair's JSON text (for keys and values whose text is plain), then checked
-        exactly; writes are read only for the checkpoints returned. ``among`` keeps
+        exactly; writes are read only for the checkpoints returned (values only of
+        ``channels``, when given). ``among`` keeps
         those checkpoint ids only.
         """
         store = self._store
@@ -541,7 +543,7 @@ class LangGraphTables:
                     key = (write.thread_id, write.checkpoint_ns, write.checkpoint_id)
                     if key in writes:
                         writes[key].append(write)
-            values = await self._values(conn, rows)
+            values = await self._values(conn, rows, None if channels is None else set(channels))
         return [
             (
                 row,
@@ -552,7 +554,7 @@ class LangGraphTables:
         ]
 
     async def _values(
-        self, conn: Any, rows: Sequence[Any]
+        self, conn: Any, rows: Sequence[Any], channels: set[str] | None = None
     ) -> dict[tuple[Any, str, str], dict[str, tuple[str, bytes]]]:
         """The ``lg_blobs`` values of these checkpoints: ``{channel: (type, blob)}``
         each, read in one query per namespace and batch of versions (a version shared
@@ -564,6 +566,8 @@ class LangGraphTables:
             if row.versions is None:  # its values are inline (written before 0005)
                 continue
             versions = decode(row.versions)
+            if channels is not None:
+                versions = {ch: v for ch, v in versions.items() if ch in channels}
             named.append((row, versions))
             wanted.setdefault((row.thread_id, row.checkpoint_ns), set()).update(versions.items())
         found: dict[tuple[Any, str, str, str], tuple[str, bytes]] = {}
