@@ -442,12 +442,20 @@ class Backend(ABC):
         return {}
 
     @abstractmethod
+    def insert(self, table: Table) -> Any:
+        """This dialect's ``INSERT`` (with its ``ON CONFLICT`` clauses)."""
+
     def insert_ignore(self, table: Table, *conflict: str) -> Insert:
         """``INSERT ... ON CONFLICT (conflict) DO NOTHING`` on this database."""
+        stmt: Insert = self.insert(table).on_conflict_do_nothing(index_elements=list(conflict))
+        return stmt
 
-    @abstractmethod
     def upsert(self, table: Table, *conflict: str) -> Insert:
         """``INSERT ... ON CONFLICT (conflict) DO UPDATE`` of every other column."""
+        stmt = self.insert(table)
+        others = {c.name: stmt.excluded[c.name] for c in table.c if c.name not in conflict}
+        done: Insert = stmt.on_conflict_do_update(index_elements=list(conflict), set_=others)
+        return done
 
     @abstractmethod
     def is_lock_timeout(self, exc: DBAPIError) -> bool:

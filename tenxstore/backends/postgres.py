@@ -49,7 +49,6 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable, Select
-from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import BindParameter
 
 from ..errors import ConfigError, ConnectionLost
@@ -461,13 +460,8 @@ class PostgresBackend(Backend):
     def read_options(self) -> dict[str, Any]:
         return {"isolation_level": "AUTOCOMMIT"}
 
-    def insert_ignore(self, table: Table, *conflict: str) -> Insert:
-        return pg_insert(table).on_conflict_do_nothing(index_elements=list(conflict))
-
-    def upsert(self, table: Table, *conflict: str) -> Insert:
-        stmt = pg_insert(table)
-        others = {c.name: stmt.excluded[c.name] for c in table.c if c.name not in conflict}
-        return stmt.on_conflict_do_update(index_elements=list(conflict), set_=others)
+    def insert(self, table: Table) -> Any:
+        return pg_insert(table)
 
     def is_lock_timeout(self, exc: DBAPIError) -> bool:
         return getattr(exc.orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE

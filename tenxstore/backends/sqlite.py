@@ -34,7 +34,6 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import StaticPool
-from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.expression import Executable
 
 from ..loops import CrossLoopLock
@@ -381,13 +380,8 @@ class SqliteBackend(Backend):
             immediate = conn.get_execution_options().get(_WRITE, False)
             conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
-    def insert_ignore(self, table: Table, *conflict: str) -> Insert:
-        return sqlite_insert(table).on_conflict_do_nothing(index_elements=list(conflict))
-
-    def upsert(self, table: Table, *conflict: str) -> Insert:
-        stmt = sqlite_insert(table)
-        others = {c.name: stmt.excluded[c.name] for c in table.c if c.name not in conflict}
-        return stmt.on_conflict_do_update(index_elements=list(conflict), set_=others)
+    def insert(self, table: Table) -> Any:
+        return sqlite_insert(table)
 
     def is_lock_timeout(self, exc: DBAPIError) -> bool:
         code = getattr(exc.orig, "sqlite_errorcode", None)  # Python 3.11+
