@@ -54,7 +54,9 @@ def upgrade() -> None:
     op.create_table(
         "lg_blobs",
         sa.Column(
-            "thread_id", _id_type(context.config.attributes.get("id_type", "string")), nullable=False
+            "thread_id",
+            _id_type(context.config.attributes.get("id_type", "string")),
+            nullable=False,
         ),
         sa.Column("checkpoint_ns", sa.String(length=255), nullable=False),
         sa.Column("channel", sa.String(length=255), nullable=False),
@@ -120,10 +122,12 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     # Checkpoints whose values live in lg_blobs cannot be read without it.
-    op.execute("DELETE FROM lg_writes WHERE EXISTS (SELECT 1 FROM lg_checkpoints c WHERE "
-               "c.versions IS NOT NULL AND c.thread_id = lg_writes.thread_id AND "
-               "c.checkpoint_ns = lg_writes.checkpoint_ns AND "
-               "c.checkpoint_id = lg_writes.checkpoint_id)")
+    op.execute(
+        "DELETE FROM lg_writes WHERE EXISTS (SELECT 1 FROM lg_checkpoints c WHERE "
+        "c.versions IS NOT NULL AND c.thread_id = lg_writes.thread_id AND "
+        "c.checkpoint_ns = lg_writes.checkpoint_ns AND "
+        "c.checkpoint_id = lg_writes.checkpoint_id)"
+    )
     op.execute("DELETE FROM lg_checkpoints WHERE versions IS NOT NULL")
     op.drop_index("ix_lg_checkpoints_run_id", table_name="lg_checkpoints")
     with op.batch_alter_table("lg_checkpoints") as batch:
