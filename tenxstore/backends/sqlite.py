@@ -59,6 +59,19 @@ def _set_pragmas_on_connect(engine: Engine, lock_timeout: float | None) -> None:
     wait_ms = timeout_ms(lock_timeout)
     wal = not is_memory(engine.url)
 
+    @event.listens_for(engine, "do_connect")
+    def _folder_missing(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> None:
+        """A file whose folder does not exist cannot be opened: SQLite's own error,
+        before the driver starts (aiosqlite's clean-up of a connection that failed to
+        open posts to the event loop from its thread, after the caller may be gone)."""
+        database = cparams.get("database", cargs[0] if cargs else None)
+        if not isinstance(database, str) or not database or database.startswith("file:"):
+            return
+        if database != ":memory:" and not os.path.isdir(os.path.dirname(os.path.abspath(database))):
+            exc = sqlite3.OperationalError("unable to open database file")
+            exc.sqlite_errorcode = _SQLITE_CANTOPEN  # type: ignore[attr-defined]
+            raise exc
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
