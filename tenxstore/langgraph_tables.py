@@ -251,7 +251,6 @@ class LangGraphTables:
             if values is not None:
                 await self._put_values(conn, ids.thread_id, ns, values)
             if limit is not None and beyond is not None:  # grown by a tenth since it was
-                self._remember(key, self._kept.get(key, limit))
                 kept, pruned = await self._prune_namespace(conn, ids.thread_id, ns, limit)
                 # Nothing to prune (a DeltaChannel graph's namespace, kept whole): look
                 # again when it has doubled, so the looks cost O(1) per put.
@@ -286,11 +285,9 @@ class LangGraphTables:
                 "blob": blob,
             }
 
-        if fresh:
-            await conn.execute(self._sql.put_blob, [row(ch, v) for ch, v in fresh])
-        missing = [row(ch, v) for ch, v in older if (ch, v) not in stored]
-        if missing:
-            await conn.execute(self._sql.put_blob, missing)
+        unstored = [(ch, v) for ch, v in older if (ch, v) not in stored]
+        if fresh or unstored:  # one statement for both
+            await conn.execute(self._sql.put_blob, [row(ch, v) for ch, v in fresh + unstored])
 
     def _remember(self, key: tuple[Any, str], kept: int) -> None:
         """How many checkpoints a namespace's last prune kept (the next looks past it
