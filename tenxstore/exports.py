@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from .deltas import Stored, rebuild
 from .errors import ConfigError, ImportConflict
 from .langgraph_tables import run_id_of
 from .serde import decode, encode, encode_state
@@ -133,10 +134,7 @@ class ThreadExports:
                 )
                 for r in writes
             ),
-            langgraph_blobs=tuple(
-                LangGraphBlob(r.checkpoint_ns, r.channel, r.version, r.type, bytes(r.blob))
-                for r in blobs
-            ),
+            langgraph_blobs=_whole_blobs(blobs),
         )
 
     async def aexport_thread(self, config: dict[str, Any]) -> ThreadExport | None:
@@ -450,3 +448,25 @@ def _lg_write(thread_id: Any, i: int, w: Any) -> dict[str, Any]:
         "value": _blob(w.value, f"{where}.value"),
         "task_path": _text(w.task_path, f"{where}.task_path", 10_000),
     }
+
+
+def _whole_blobs(rows: list[Any]) -> tuple[LangGraphBlob, ...]:
+    """``lg_blobs`` rows as whole values: a delta is rebuilt from its chain (an export
+    holds every value whole, readable by any release and database)."""
+    chains: dict[tuple[str, str], dict[str, Stored]] = {}
+    for r in rows:
+        chains.setdefault((r.checkpoint_ns, r.channel), {})[r.version] = Stored(
+            r.type, bytes(r.blob), r.base, r.splice, r.skip, r.uid
+        )
+    return tuple(
+        LangGraphBlob(
+            r.checkpoint_ns,
+            r.channel,
+            r.version,
+            r.type,
+            bytes(r.blob)
+            if r.base is None
+            else rebuild(chains[(r.checkpoint_ns, r.channel)], r.version)[1],
+        )
+        for r in rows
+    )

@@ -13,6 +13,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import (
@@ -26,10 +27,12 @@ from sqlalchemy import (
     literal,
     select,
     tuple_,
+    update,
 )
 
 from .config import RunIds, recorded_incarnation
-from .errors import StaleStateError
+from .deltas import Base, Bases, BlobWrite, BrokenChain, Stored, blob_write, rebuild
+from .errors import ConnectionLost, LockTimeout, SerializationError, StaleStateError
 from .serde import decode, encode
 from .store import Store
 
@@ -151,6 +154,301 @@ class _Statements:
         )
 
 
+_BLOB_COLUMNS = ("channel", "version", "type", "blob", "base", "splice", "skip", "uid")
+
+
+def _chain(store: Store, thread: Any, ns: Any, named: Any) -> Any:
+    """The ``lg_blobs`` rows of the values ``named`` selects (``channel``, ``version``)
+    and of every base their deltas are built on: keys walked recursively (UNION
+    drops the walks that meet), rows joined once at the end."""
+    b = store.tables.lg_blobs
+    here = (b.c.thread_id == thread, b.c.checkpoint_ns == ns)
+    start = named.cte("chain", recursive=True)
+    step = b.alias("step")
+    keys = start.union(
+        select(step.c.channel, step.c.version, step.c.base).join(
+            start,
+            and_(
+                step.c.thread_id == thread,
+                step.c.checkpoint_ns == ns,
+                step.c.channel == start.c.channel,
+                step.c.version == start.c.base,
+            ),
+        )
+    )
+    return select(*(b.c[name] for name in _BLOB_COLUMNS)).join(
+        keys, and_(*here, b.c.channel == keys.c.channel, b.c.version == keys.c.version)
+    )
+
+
+class _OneStatement:
+    """A put, a task's writes and a read of one checkpoint, each ONE statement, for a
+    backend that runs statements at driver level (PostgreSQL in session mode).
+
+    A put commits only the common case: the thread exists (as the run's user's, in
+    the life the run read), the parent is the namespace's head as the last put marked
+    it (``is_head``), the channels it does not change are stored as the parent names
+    them, and every base its deltas extend is still there. The parent's row is the
+    compare-and-swap: the UPDATE that takes its mark waits for a concurrent put and
+    then finds the mark gone; a thread row lock ``FOR KEY SHARE`` waits for every
+    locked-path writer and deleter (they hold ``FOR UPDATE``), and each of those that
+    deletes values takes the mark away too. Otherwise nothing is written and the put
+    takes the locked path, which raises the precise error.
+    """
+
+    def __init__(self, store: Store) -> None:
+        from sqlalchemy import BigInteger, LargeBinary, Text, cast, exists, true
+        from sqlalchemy.dialects.postgresql import ARRAY, JSONB, aggregate_order_by
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        from .backends.driver import DriverStatement
+
+        tables = store.tables
+        t, c, w, b = tables.threads, tables.lg_checkpoints, tables.lg_writes, tables.lg_blobs
+        dialect = store.backend.engine.dialect
+        thread = bindparam("t", type_=t.c.thread_id.type)
+        ns = bindparam("ns", type_=String())
+
+        def owner(scoped: bool, life: bool) -> Any:
+            """The thread's row, locked FOR KEY SHARE, if it is the run's."""
+            found = select(t.c.incarnation).where(t.c.thread_id == thread)
+            if scoped:
+                found = found.where(t.c.user_id == bindparam("u", type_=t.c.user_id.type))
+            if life:
+                life_is = bindparam("life", type_=t.c.incarnation.type)
+                found = found.where(t.c.incarnation == life_is)
+            return found.with_for_update(read=True, key_share=True).cte("th")
+
+        def array(name: str, kind: Any) -> Any:
+            return bindparam(name, type_=ARRAY(kind))
+
+        def put(scoped: bool, life: bool) -> DriverStatement:
+            th = owner(scoped, life)
+            bases = (
+                func.unnest(array("bc", Text()), array("bv", Text()), array("bu", BigInteger()))
+                .table_valued("channel", "version", "uid")
+                .render_derived(name="bases")
+            )
+            found_bases = (
+                select(func.count())
+                .select_from(b)
+                .join(
+                    bases,
+                    and_(
+                        b.c.channel == bases.c.channel,
+                        b.c.version == bases.c.version,
+                        b.c.uid == bases.c.uid,
+                    ),
+                )
+                .where(b.c.thread_id == thread, b.c.checkpoint_ns == ns)
+                .scalar_subquery()
+            )
+            new_id = bindparam("id", type_=String())
+            taken = (
+                func.unnest(array("ch", Text()), array("ver", Text()))
+                .table_valued("channel", "version")
+                .render_derived(name="taken")
+            )
+            # a version stored already is replaced: the locked path's work
+            none_taken = ~exists(
+                select(b.c.version)
+                .join(taken, and_(b.c.channel == taken.c.channel, b.c.version == taken.c.version))
+                .where(b.c.thread_id == thread, b.c.checkpoint_ns == ns)
+            )
+            cas = (
+                update(c)
+                .where(
+                    c.c.thread_id == thread,
+                    c.c.checkpoint_ns == ns,
+                    c.c.checkpoint_id == bindparam("parent", type_=String()),
+                    c.c.checkpoint_id < new_id,
+                    c.c.is_head.is_(True),
+                    exists(select(th.c.incarnation)),
+                    cast(c.c.versions, JSONB).contains(cast(bindparam("old", type_=Text()), JSONB)),
+                    found_bases == bindparam("nb", type_=Integer()),
+                    none_taken,
+                )
+                .values(is_head=False)
+                .returning(c.c.checkpoint_id)
+                .cte("cas")
+            )
+            columns = [
+                "thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "type",
+                "checkpoint", "metadata", "created_at", "run_id", "versions", "is_head",
+            ]  # fmt: skip
+            new_checkpoint = insert(c).from_select(
+                columns,
+                select(
+                    thread,
+                    ns,
+                    new_id,
+                    cas.c.checkpoint_id,
+                    bindparam("type", type_=String()),
+                    bindparam("checkpoint", type_=LargeBinary()),
+                    bindparam("metadata", type_=Text()),
+                    bindparam("now", type_=c.c.created_at.type),
+                    bindparam("run", type_=String()),
+                    bindparam("versions", type_=Text()),
+                    true(),
+                ),
+            )
+            given = (
+                func.unnest(
+                    array("ch", Text()),
+                    array("ver", Text()),
+                    array("ty", Text()),
+                    array("bl", LargeBinary()),
+                    array("ba", Text()),
+                    array("sp", Integer()),
+                    array("sk", Integer()),
+                    array("ui", BigInteger()),
+                )
+                .table_valued(*_BLOB_COLUMNS)
+                .render_derived(name="given")
+            )
+            new_blobs = (
+                pg_insert(b)
+                .from_select(
+                    ["thread_id", "checkpoint_ns", *_BLOB_COLUMNS],
+                    select(thread, ns, *(given.c[name] for name in _BLOB_COLUMNS)).select_from(
+                        cas.join(given, true())
+                    ),
+                )
+                .on_conflict_do_nothing(
+                    index_elements=["thread_id", "checkpoint_ns", "channel", "version"]
+                )
+            )
+            beyond = (
+                select(c.c.checkpoint_id)
+                .where(c.c.thread_id == thread, c.c.checkpoint_ns == ns)
+                .order_by(c.c.checkpoint_id.desc())
+                .offset(bindparam("off", type_=Integer()))
+                .limit(1)
+                .scalar_subquery()
+            )
+            stmt = (
+                select(
+                    select(th.c.incarnation).scalar_subquery(),
+                    exists(select(cas.c.checkpoint_id)),
+                    beyond,
+                )
+                .add_cte(new_checkpoint.cte("new_checkpoint"))
+                .add_cte(new_blobs.cte("new_blobs"))
+            )
+            return DriverStatement(stmt, dialect)
+
+        def put_writes(scoped: bool, life: bool) -> DriverStatement:
+            th = owner(scoped, life)
+            names = ("task_id", "idx", "channel", "type", "value", "task_path")
+            given = (
+                func.unnest(
+                    array("ta", Text()),
+                    array("ix", Integer()),
+                    array("ch", Text()),
+                    array("ty", Text()),
+                    array("va", LargeBinary()),
+                    array("pa", Text()),
+                )
+                .table_valued(*names)
+                .render_derived(name="given")
+            )
+            ins = pg_insert(w).from_select(
+                ["thread_id", "checkpoint_ns", "checkpoint_id", *names],
+                select(
+                    thread,
+                    ns,
+                    bindparam("id", type_=String()),
+                    *(given.c[name] for name in names),
+                ).select_from(th.join(given, true())),
+            )
+            # The first write of a task stays; a special one (idx < 0) is replaced.
+            ins = ins.on_conflict_do_update(
+                index_elements=["thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
+                set_={
+                    "channel": ins.excluded.channel,
+                    "type": ins.excluded.type,
+                    "value": ins.excluded.value,
+                    "task_path": ins.excluded.task_path,
+                },
+                where=w.c.idx < 0,
+            )
+            return DriverStatement(
+                select(select(th.c.incarnation).scalar_subquery()).add_cte(ins.cte("ins")),
+                dialect,
+            )
+
+        def read(scoped: bool, given_id: bool) -> DriverStatement:
+            chosen = select(*c.c, t.c.incarnation, t.c.user_id).join(
+                t, t.c.thread_id == c.c.thread_id
+            )
+            chosen = chosen.where(c.c.thread_id == thread, c.c.checkpoint_ns == ns)
+            if scoped:
+                chosen = chosen.where(t.c.user_id == bindparam("u", type_=t.c.user_id.type))
+            if given_id:
+                chosen = chosen.where(c.c.checkpoint_id == bindparam("id", type_=String()))
+            cp = chosen.order_by(c.c.checkpoint_id.desc()).limit(1).cte("cp")
+            newest = c.alias("newest")
+            head = (
+                select(func.max(newest.c.checkpoint_id))
+                .where(newest.c.thread_id == thread, newest.c.checkpoint_ns == ns)
+                .scalar_subquery()
+                if given_id
+                else cp.c.checkpoint_id
+            )
+            order = (w.c.task_path, w.c.task_id, w.c.idx)
+            writes = (
+                select(
+                    *(
+                        func.array_agg(aggregate_order_by(w.c[name], *order)).label(f"w_{name}")
+                        for name in ("task_id", "channel", "type", "value")
+                    )
+                )
+                .where(
+                    w.c.thread_id == thread,
+                    w.c.checkpoint_ns == ns,
+                    w.c.checkpoint_id == cp.c.checkpoint_id,
+                )
+                .lateral("writes")
+            )
+            pairs = (
+                func.jsonb_each_text(cast(cp.c.versions, JSONB))
+                .table_valued("key", "value")
+                .render_derived(name="pairs")
+            )
+            named = (
+                select(b.c.channel, b.c.version, b.c.base)
+                .select_from(cp)
+                .join(pairs, true())
+                .join(
+                    b,
+                    and_(
+                        b.c.thread_id == thread,
+                        b.c.checkpoint_ns == ns,
+                        b.c.channel == pairs.c.key,
+                        b.c.version == pairs.c.value,
+                    ),
+                )
+            )
+            rows = _chain(store, thread, ns, named).subquery("rows")
+            values = (
+                select(*(func.array_agg(rows.c[name]).label(f"b_{name}") for name in _BLOB_COLUMNS))
+                .select_from(rows)
+                .lateral("blobs")
+            )
+            stmt = (
+                select(cp, head.label("head"), writes, values)
+                .select_from(cp)
+                .join(writes, true())
+                .join(values, true())
+            )
+            return DriverStatement(stmt, dialect)
+
+        flags = [(a, z) for a in (False, True) for z in (False, True)]
+        self.put = {key: put(*key) for key in flags}
+        self.put_writes = {key: put_writes(*key) for key in flags}
+        self.read = {key: read(*key) for key in flags}
+
+
 class LangGraphTables:
     """LangGraph checkpoints and writes of a repository's threads."""
 
@@ -159,6 +457,33 @@ class LangGraphTables:
         self._sql = _Statements(store)
         # (thread, namespace) -> checkpoints its last prune kept (in this process)
         self._kept: OrderedDict[tuple[Any, str], int] = OrderedDict()
+        # (thread, namespace, channel) -> the value a next version may be a delta of
+        self._bases = Bases()
+        self._one: _OneStatement | None = None
+
+    def _one_statement(self) -> _OneStatement | None:
+        """The one-statement paths, where the backend runs statements at driver level."""
+        if not self._store.backend.one_statement_writes:
+            return None
+        if self._one is None:
+            self._one = _OneStatement(self._store)
+        return self._one
+
+    def _blob_writes(self, thread_id: Any, ns: str, values: Values | None) -> list[BlobWrite]:
+        """The new values of a put, serialized (outside any lock), each as a delta of
+        the channel's last value this process knows where it can be."""
+        if values is None:
+            return []
+        return [
+            blob_write(ch, v, values.dump(ch), self._bases.get((thread_id, ns, ch)))
+            for ch, v in values.versions.items()
+            if ch in values.stored and ch in values.new
+        ]
+
+    def _learn(self, thread_id: Any, ns: str, written: Iterable[BlobWrite]) -> None:
+        """Remember what a committed put wrote: its next versions' bases."""
+        for bw in written:
+            self._bases.put((thread_id, ns, bw.channel), bw.remembered())
 
     async def put(
         self,
@@ -200,6 +525,20 @@ class LangGraphTables:
             if limit is None
             else max(self._kept.get(key, limit), limit) + max(limit // 10, 1) - 2
         )
+        if self._store.store_id is None:
+            await self._store.ensure_ready()
+        blobs = self._blob_writes(ids.thread_id, ns, values)
+        one = self._one_statement()
+        if one is not None and parent_id is not None and values is not None:
+            done = await self._put_at_once(
+                one, ids, config, ns, checkpoint_id, parent_id, typed, metadata, now, run_id,
+                values, blobs, probe or 0,
+            )  # fmt: skip
+            if done is not None:
+                self._learn(ids.thread_id, ns, blobs)
+                if limit is not None and done[1] is not None:
+                    await self._prune_after(ids.thread_id, ns, limit)
+                return done[0]
         async with self._store.write(ids.thread_id) as (conn, locked):
             self._same_life(config, ids, locked, parent_id)
             row = await self._store.claim_thread(conn, ids, locked, now)
@@ -233,6 +572,7 @@ class LangGraphTables:
                     raise StaleStateError(
                         ids.thread_id, seen_head or parent_id, newest or "(none)", replaced=gone
                     )
+            head = newest is None or checkpoint_id >= newest
             await conn.execute(
                 self._sql.put_checkpoint,
                 {
@@ -246,24 +586,114 @@ class LangGraphTables:
                     "created_at": now,
                     "run_id": run_id,
                     "versions": None if values is None else encode(values.versions, "versions"),
+                    "is_head": head,
                 },
             )
+            if head:  # the mark a one-statement put takes over moves to this one
+                c = self._store.tables.lg_checkpoints
+                await conn.execute(
+                    update(c)
+                    .where(
+                        c.c.thread_id == ids.thread_id,
+                        c.c.checkpoint_ns == ns,
+                        c.c.is_head.is_(True),
+                        c.c.checkpoint_id != checkpoint_id,
+                    )
+                    .values(is_head=False)
+                )
             if values is not None:
-                await self._put_values(conn, ids.thread_id, ns, values)
+                blobs = await self._put_values(conn, ids.thread_id, ns, values, blobs)
             if limit is not None and beyond is not None:  # grown by a tenth since it was
-                kept, pruned = await self._prune_namespace(conn, ids.thread_id, ns, limit)
+                # (its old head's mark is gone already: a put racing this one fails)
+                kept, pruned = await self._prune_namespace(
+                    conn, ids.thread_id, ns, limit, unmark=False
+                )
                 # Nothing to prune (a DeltaChannel graph's namespace, kept whole): look
                 # again when it has doubled, so the looks cost O(1) per put.
                 self._remember(key, kept if pruned else 2 * kept)
+        self._learn(ids.thread_id, ns, blobs)
         incarnation: int = row.incarnation
         return incarnation
 
-    async def _put_values(self, conn: Any, thread_id: Any, ns: str, values: Values) -> None:
-        """Store a checkpoint's new values, and those of its other versions that are not
-        stored yet (a run that goes on from a checkpoint written before 0005)."""
+    async def _put_at_once(
+        self,
+        one: _OneStatement,
+        ids: RunIds,
+        config: dict[str, Any],
+        ns: str,
+        checkpoint_id: str,
+        parent_id: str,
+        typed: tuple[str, bytes],
+        metadata: str,
+        now: Any,
+        run_id: str | None,
+        values: Values,
+        blobs: list[BlobWrite],
+        probe: int,
+    ) -> tuple[int, Any] | None:
+        """The put as ONE statement (see :class:`_OneStatement`): ``(incarnation, the
+        checkpoint at offset probe or None)``, or None when it wrote nothing."""
+        life = recorded_incarnation(config)
+        stmt = one.put[(ids.isolated, life is not None)]
+        unchanged = {ch: v for ch, v in values.versions.items() if ch not in values.new}
+        based = [bw for bw in blobs if bw.base is not None]
+        row = await self._store.backend.run_statement(
+            stmt,
+            {
+                "t": ids.thread_id,
+                "ns": ns,
+                "u": ids.user_id,
+                "life": life,
+                "id": checkpoint_id,
+                "parent": parent_id,
+                "type": typed[0],
+                "checkpoint": typed[1],
+                "metadata": metadata,
+                "now": now,
+                "run": run_id,
+                "versions": encode(values.versions, "versions"),
+                "old": encode(unchanged, "versions"),
+                "bc": [bw.channel for bw in based],
+                "bv": [bw.base.version for bw in based if bw.base is not None],
+                "bu": [bw.base.uid for bw in based if bw.base is not None],
+                "nb": len(based),
+                "ch": [bw.channel for bw in blobs],
+                "ver": [bw.version for bw in blobs],
+                "ty": [bw.type for bw in blobs],
+                "bl": [bw.blob for bw in blobs],
+                "ba": [None if bw.base is None else bw.base.version for bw in blobs],
+                "sp": [bw.splice for bw in blobs],
+                "sk": [bw.skip for bw in blobs],
+                "ui": [bw.uid for bw in blobs],
+                "off": probe,
+            },
+            write=True,
+        )
+        if row is None or row[0] is None or not row[1]:
+            return None
+        return int(row[0]), row[2]
+
+    async def _prune_after(self, thread_id: Any, ns: str, limit: int) -> None:
+        """Prune a namespace after a one-statement put (in a transaction of its own).
+        The put has committed: a prune that cannot run now (a lock held too long, a
+        lost connection) is left for a later put, which looks again."""
+        try:
+            async with self._store.write(thread_id) as (conn, _):
+                kept, pruned = await self._prune_namespace(conn, thread_id, ns, limit)
+        except (LockTimeout, ConnectionLost):
+            return
+        self._remember((thread_id, ns), kept if pruned else 2 * kept)
+
+    async def _put_values(
+        self, conn: Any, thread_id: Any, ns: str, values: Values, fresh: list[BlobWrite]
+    ) -> list[BlobWrite]:
+        """Store a checkpoint's new values (``fresh``: a delta whose base is no longer
+        there is written whole), and those of its other versions that are not stored
+        yet (a run that goes on from a checkpoint written before 0005); what was
+        written of ``fresh``. A version stored already is replaced (a checkpoint put
+        again with other values reads them)."""
         b = self._store.tables.lg_blobs
         here = (b.c.thread_id == thread_id, b.c.checkpoint_ns == ns)
-        fresh = [(ch, v) for ch, v in values.versions.items() if ch in values.stored & values.new]
         older = [(ch, v) for ch, v in values.versions.items() if ch in values.stored - values.new]
         stored: set[tuple[str, str]] = set()
         for start in range(0, len(older), _BATCH):
@@ -273,21 +703,76 @@ class LangGraphTables:
                 )
             )
             stored.update((r.channel, r.version) for r in found)
-
-        def row(channel: str, version: str) -> dict[str, Any]:
-            kind, blob = values.dump(channel)
-            return {
+        bases = [(bw.channel, bw.base.version) for bw in fresh if bw.base is not None]
+        keys = [(bw.channel, bw.version) for bw in fresh]
+        there: set[tuple[str, str, int]] = set()
+        for start in range(0, len(bases + keys), _BATCH):  # under the thread's lock
+            found = await conn.execute(
+                select(b.c.channel, b.c.version, b.c.uid).where(
+                    *here,
+                    tuple_(b.c.channel, b.c.version).in_((bases + keys)[start : start + _BATCH]),
+                )
+            )
+            there.update((r.channel, r.version, r.uid) for r in found)
+        # a delta is written on its base only if that very row is still there
+        fresh = [
+            bw
+            if bw.base is None or (bw.channel, bw.base.version, bw.base.uid) in there
+            else bw.as_whole()
+            for bw in fresh
+        ]
+        replaced = {(channel, version) for channel, version, _ in there} & set(keys)
+        if replaced:  # a checkpoint put again: what rests on its values is made whole
+            await self._unbase(conn, thread_id, ns, sorted(replaced))
+        unstored = [
+            blob_write(ch, v, values.dump(ch), None) for ch, v in older if (ch, v) not in stored
+        ]
+        rows = [
+            {
                 "thread_id": thread_id,
                 "checkpoint_ns": ns,
-                "channel": channel,
-                "version": version,
-                "type": kind,
-                "blob": blob,
+                "channel": bw.channel,
+                "version": bw.version,
+                "type": bw.type,
+                "blob": bw.blob,
+                "base": None if bw.base is None else bw.base.version,
+                "splice": bw.splice,
+                "skip": bw.skip,
+                "uid": bw.uid,
             }
+            for bw in fresh + unstored
+        ]
+        if rows:  # one statement for all
+            await conn.execute(self._sql.put_blob, rows)
+        return fresh
 
-        unstored = [(ch, v) for ch, v in older if (ch, v) not in stored]
-        if fresh or unstored:  # one statement for both
-            await conn.execute(self._sql.put_blob, [row(ch, v) for ch, v in fresh + unstored])
+    async def _unbase(
+        self, conn: Any, thread_id: Any, ns: str, replaced: list[tuple[str, str]]
+    ) -> None:
+        """Before values stored at these versions are replaced (a checkpoint put again
+        with other values), the deltas resting on them are written whole."""
+        b = self._store.tables.lg_blobs
+        here = (b.c.thread_id == thread_id, b.c.checkpoint_ns == ns)
+        for start in range(0, len(replaced), _BATCH):
+            batch = replaced[start : start + _BATCH]
+            resting = select(b.c.channel, b.c.version, b.c.base).where(
+                *here, b.c.base.is_not(None), tuple_(b.c.channel, b.c.base).in_(batch)
+            )
+            stored: dict[str, dict[str, Stored]] = {}
+            for r in await conn.execute(_chain(self._store, thread_id, ns, resting)):
+                stored.setdefault(r.channel, {})[r.version] = Stored(
+                    r.type, bytes(r.blob), r.base, r.splice, r.skip, r.uid
+                )
+            for channel, rows in stored.items():
+                for version, row in rows.items():
+                    if row.base is None or (channel, row.base) not in batch:
+                        continue
+                    _, whole, _, _ = rebuild(rows, version)
+                    await conn.execute(
+                        update(b)
+                        .where(*here, b.c.channel == channel, b.c.version == version)
+                        .values(blob=whole, base=None, splice=None, skip=None)
+                    )
 
     def _remember(self, key: tuple[Any, str], kept: int) -> None:
         """How many checkpoints a namespace's last prune kept (the next looks past it
@@ -298,7 +783,14 @@ class LangGraphTables:
             self._kept.popitem(last=False)
 
     async def _prune_namespace(
-        self, conn: Any, thread_id: Any, ns: str, newest: int, *, branches: bool = True
+        self,
+        conn: Any,
+        thread_id: Any,
+        ns: str,
+        newest: int,
+        *,
+        branches: bool = True,
+        unmark: bool = True,
     ) -> tuple[int, int]:
         """Delete a namespace's checkpoints (and writes) but the newest ``newest`` and
         what they need (:func:`needed`; with ``branches``, the heads of branches left
@@ -329,14 +821,18 @@ class LangGraphTables:
                 waiting.extend(found.scalars())
         keep = needed(rows, newest, waiting)
         doomed = [r.checkpoint_id for r in rows if r.checkpoint_id not in keep]
-        await self._delete(conn, thread_id, ns, doomed)
+        await self._delete(conn, thread_id, ns, doomed, unmark=unmark)
         if ns == "" and doomed and branches:  # aprune keeps each namespace's newest
             await self._prune_subgraph_runs(conn, thread_id, keep)
         return len(keep), len(doomed)
 
-    async def _delete(self, conn: Any, thread_id: Any, ns: str, doomed: list[str]) -> None:
+    async def _delete(
+        self, conn: Any, thread_id: Any, ns: str, doomed: list[str], *, unmark: bool = True
+    ) -> None:
         """Delete these checkpoints of a namespace, with their writes and the values no
-        checkpoint left names."""
+        checkpoint left needs. With ``unmark``, the namespace's head loses its mark, so
+        a one-statement put whose snapshot predates this deletion writes nothing (its
+        delta's base may be gone): the next put takes the locked path and marks again."""
         c, w = self._store.tables.lg_checkpoints, self._store.tables.lg_writes
         for start in range(0, len(doomed), _BATCH):
             batch = doomed[start : start + _BATCH]
@@ -349,20 +845,40 @@ class LangGraphTables:
                     )
                 )
         if doomed:
+            if unmark:
+                await conn.execute(
+                    update(c)
+                    .where(
+                        c.c.thread_id == thread_id,
+                        c.c.checkpoint_ns == ns,
+                        c.c.is_head.is_(True),
+                    )
+                    .values(is_head=False)
+                )
             await self._collect(conn, thread_id, ns)
 
     async def _collect(self, conn: Any, thread_id: Any, ns: str) -> None:
-        """Delete the values of a namespace that no checkpoint of it names any more."""
+        """Delete the values of a namespace that no checkpoint of it needs any more: not
+        named by one, nor the base of a delta that is kept."""
         c, b = self._store.tables.lg_checkpoints, self._store.tables.lg_blobs
-        named: set[tuple[str, str]] = set()
+        needed: set[tuple[str, str]] = set()
         versions = select(c.c.versions).where(
             c.c.thread_id == thread_id, c.c.checkpoint_ns == ns, c.c.versions.is_not(None)
         )
         for text in (await conn.execute(versions)).scalars():
-            named.update(decode(text).items())
+            needed.update(decode(text).items())
         here = (b.c.thread_id == thread_id, b.c.checkpoint_ns == ns)
-        stored = await conn.execute(select(b.c.channel, b.c.version).where(*here))
-        doomed = sorted({(r.channel, r.version) for r in stored} - named)
+        stored = await conn.execute(select(b.c.channel, b.c.version, b.c.base).where(*here))
+        base_of = {(r.channel, r.version): r.base for r in stored}
+        walk = [key for key in needed if key in base_of]
+        while walk:
+            channel, version = walk.pop()
+            base = base_of[(channel, version)]
+            if base is not None and (channel, base) not in needed:
+                needed.add((channel, base))
+                if (channel, base) in base_of:
+                    walk.append((channel, base))
+        doomed = sorted(set(base_of) - needed)
         for start in range(0, len(doomed), _BATCH):
             batch = doomed[start : start + _BATCH]
             await conn.execute(delete(b).where(*here, tuple_(b.c.channel, b.c.version).in_(batch)))
@@ -418,6 +934,35 @@ class LangGraphTables:
             else:
                 unique.setdefault((row["task_id"], row["idx"]), row)
         rows = list(unique.values())
+        if self._store.store_id is None:
+            await self._store.ensure_ready()
+        one = self._one_statement()
+        if one is not None and rows:  # one statement when the thread is there, the run's
+            life = recorded_incarnation(config)
+            found = await self._store.backend.run_statement(
+                one.put_writes[(ids.isolated, life is not None)],
+                {
+                    "t": ids.thread_id,
+                    "ns": ns,
+                    "u": ids.user_id,
+                    "life": life,
+                    "id": checkpoint_id,
+                    **{
+                        key: [row[name] for row in rows]
+                        for key, name in (
+                            ("ta", "task_id"),
+                            ("ix", "idx"),
+                            ("ch", "channel"),
+                            ("ty", "type"),
+                            ("va", "value"),
+                            ("pa", "task_path"),
+                        )
+                    },
+                },
+                write=True,
+            )
+            if found is not None and found[0] is not None:
+                return
         here = (w.c.thread_id == ids.thread_id, w.c.checkpoint_ns == ns)
         keep_first = self._store.backend.insert_ignore(
             w, "thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"
@@ -475,6 +1020,15 @@ class LangGraphTables:
         c, w = store.tables.lg_checkpoints, store.tables.lg_writes
         ids = store.ids(config, need_thread=False)
         one_thread = ids.thread_id is not None
+        single = one_thread and ns is not None and limit == 1 and before is None
+        single = single and not metadata and among is None and channels is None
+        learn = single and checkpoint_id is None  # a run's read of the head
+        if store.store_id is None:
+            await store.ensure_ready()
+        one = self._one_statement()
+        if one is not None and single:
+            assert ns is not None
+            return await self._read_at_once(one, ids, ns, checkpoint_id)
         t = store.tables.threads
         newest = c.alias("newest")
         head = (
@@ -540,7 +1094,8 @@ class LangGraphTables:
                     key = (write.thread_id, write.checkpoint_ns, write.checkpoint_id)
                     if key in writes:
                         writes[key].append(write)
-            values = await self._values(conn, rows, None if channels is None else set(channels))
+            wanted = None if channels is None else set(channels)
+            values = await self._values(conn, rows, wanted, learn=learn)
         return [
             (
                 row,
@@ -550,12 +1105,81 @@ class LangGraphTables:
             for row in rows
         ]
 
+    async def _read_at_once(
+        self, one: _OneStatement, ids: RunIds, ns: str, checkpoint_id: str | None
+    ) -> list[tuple[Any, list[Any], dict[str, tuple[str, bytes]]]]:
+        """One checkpoint (the head when no id is given) with its writes and values, in
+        ONE statement."""
+        found = await self._store.backend.run_statement(
+            one.read[(ids.isolated, checkpoint_id is not None)],
+            {"t": ids.thread_id, "ns": ns, "u": ids.user_id, "id": checkpoint_id},
+            write=False,
+        )
+        if found is None:
+            return []
+        row = SimpleNamespace(**dict(found.items()))
+        writes = [
+            SimpleNamespace(task_id=task, channel=channel, type=kind, value=value)
+            for task, channel, kind, value in zip(
+                row.w_task_id or (),
+                row.w_channel or (),
+                row.w_type or (),
+                row.w_value or (),
+                strict=True,
+            )
+        ]
+        stored: dict[str, dict[str, Stored]] = {}
+        for channel, version, kind, blob, base, splice, skip, uid in zip(
+            *(getattr(row, f"b_{name}") or () for name in _BLOB_COLUMNS), strict=True
+        ):
+            stored.setdefault(channel, {})[version] = Stored(kind, blob, base, splice, skip, uid)
+        values: dict[str, tuple[str, bytes]] = {}
+        if row.versions is not None:
+            values = self._rebuilt(
+                row.thread_id, ns, decode(row.versions), stored, learn=checkpoint_id is None
+            )
+        return [(row, writes, values)]
+
+    def _rebuilt(
+        self,
+        thread_id: Any,
+        ns: str,
+        versions: dict[str, str],
+        stored: dict[str, dict[str, Stored]],
+        *,
+        learn: bool,
+    ) -> dict[str, tuple[str, bytes]]:
+        """A checkpoint's values ``{channel: (type, bytes)}`` from the rows of their
+        chains (``learn``: remember them as the next versions' bases)."""
+        values: dict[str, tuple[str, bytes]] = {}
+        for channel, version in versions.items():
+            rows = stored.get(channel)
+            if not rows or version not in rows:
+                continue  # a channel without a value
+            try:
+                kind, data, depth, tails = rebuild(rows, version)
+            except BrokenChain as exc:
+                raise SerializationError(
+                    f"thread {thread_id!r}: the value of channel {channel!r} at version "
+                    f"{version} cannot be rebuilt: {exc}"
+                ) from exc
+            values[channel] = (kind, data)
+            if learn:
+                base = Base(version, rows[version].uid, kind, data, depth, tails)
+                self._bases.put((thread_id, ns, channel), base)
+        return values
+
     async def _values(
-        self, conn: Any, rows: Sequence[Any], channels: set[str] | None = None
+        self,
+        conn: Any,
+        rows: Sequence[Any],
+        channels: set[str] | None = None,
+        *,
+        learn: bool = False,
     ) -> dict[tuple[Any, str, str], dict[str, tuple[str, bytes]]]:
         """The ``lg_blobs`` values of these checkpoints: ``{channel: (type, blob)}``
-        each, read in one query per namespace and batch of versions (a version shared
-        by many checkpoints is read once)."""
+        each, read with the chains of their deltas in one query per namespace and batch
+        of versions (a version shared by many checkpoints is read once)."""
         b = self._store.tables.lg_blobs
         wanted: dict[tuple[Any, str], set[tuple[str, str]]] = {}
         named: list[tuple[Any, dict[str, str]]] = []
@@ -567,26 +1191,26 @@ class LangGraphTables:
                 versions = {ch: v for ch, v in versions.items() if ch in channels}
             named.append((row, versions))
             wanted.setdefault((row.thread_id, row.checkpoint_ns), set()).update(versions.items())
-        found: dict[tuple[Any, str, str, str], tuple[str, bytes]] = {}
+        found: dict[tuple[Any, str], dict[str, dict[str, Stored]]] = {}
         for (thread_id, ns), pairs in wanted.items():
             ordered = sorted(pairs)
+            space = found.setdefault((thread_id, ns), {})
             for start in range(0, len(ordered), _BATCH):
-                stmt = select(b.c.channel, b.c.version, b.c.type, b.c.blob).where(
+                batch = ordered[start : start + _BATCH]
+                keys = select(b.c.channel, b.c.version, b.c.base).where(
                     b.c.thread_id == thread_id,
                     b.c.checkpoint_ns == ns,
-                    tuple_(b.c.channel, b.c.version).in_(ordered[start : start + _BATCH]),
+                    tuple_(b.c.channel, b.c.version).in_(batch),
                 )
-                for blob in await conn.execute(stmt):
-                    key = (thread_id, ns, blob.channel, blob.version)
-                    found[key] = (blob.type, bytes(blob.blob))
+                for r in await conn.execute(_chain(self._store, thread_id, ns, keys)):
+                    space.setdefault(r.channel, {})[r.version] = Stored(
+                        r.type, bytes(r.blob), r.base, r.splice, r.skip, r.uid
+                    )
         values: dict[tuple[Any, str, str], dict[str, tuple[str, bytes]]] = {}
         for row, versions in named:
             t, ns = row.thread_id, row.checkpoint_ns
-            values[(t, ns, row.checkpoint_id)] = {
-                channel: found[(t, ns, channel, version)]
-                for channel, version in versions.items()
-                if (t, ns, channel, version) in found
-            }
+            stored = found.get((t, ns), {})
+            values[(t, ns, row.checkpoint_id)] = self._rebuilt(t, ns, versions, stored, learn=learn)
         return values
 
     async def ancestors(

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     DateTime,
     ForeignKey,
     Index,
@@ -32,6 +33,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeEngine
@@ -181,6 +183,9 @@ class LangGraphCheckpointRow(Base):
     #: ``{channel: version}`` of the values kept in ``lg_blobs`` (JSON); NULL for a
     #: checkpoint written with its values inline (before 0005).
     versions: Mapped[str | None]
+    #: Whether it is its namespace's head, as the last put left it (false: not known):
+    #: the compare-and-swap of a put's one-statement path (0006).
+    is_head: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class LangGraphWriteRow(Base):
@@ -215,7 +220,14 @@ class LangGraphBlobRow(Base):
     channel: Mapped[str] = mapped_column(String(255), primary_key=True)
     version: Mapped[str] = mapped_column(String(255), primary_key=True)
     type: Mapped[str] = mapped_column(String(64))
+    #: The value, or with ``base`` a delta of that version's value (0006, see
+    #: :mod:`tenxstore.deltas`): ``blob[:splice] + value(base)[skip:] + blob[splice:]``.
     blob: Mapped[bytes] = mapped_column(LargeBinary)
+    base: Mapped[str | None] = mapped_column(String(255))
+    splice: Mapped[int | None] = mapped_column(Integer)
+    skip: Mapped[int | None] = mapped_column(Integer)
+    #: The row's random identity: a delta is written on a base only while it is there.
+    uid: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class StoreRow(Base):

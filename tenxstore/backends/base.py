@@ -15,7 +15,7 @@ import collections
 import socket
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -33,6 +33,7 @@ from sqlalchemy.util import greenlet_spawn
 from ..errors import ConfigError, ConnectionLost, DatabaseUnavailable, LockTimeout, TenxStoreError
 from ..loops import PerLoop, shut_down
 from ..models import Tables
+from .driver import DriverStatement
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT_S",
@@ -539,6 +540,21 @@ class Backend(ABC):
             return None
         row = rows[0]
         return Head(row.version, row.incarnation, user_id, row.state_data)
+
+    one_statement_writes: bool = False
+    """Whether :meth:`run_statement` runs a compiled statement at driver level (one
+    round trip, autocommit): collaborators then build their own one-statement paths."""
+
+    async def run_statement(
+        self, stmt: DriverStatement, values: Mapping[str, Any], *, write: bool
+    ) -> Any:
+        """Run one compiled statement in autocommit at driver level; its first row (or
+        None). Only where :attr:`one_statement_writes` says so.
+
+        Raises:
+            ConnectionLost: The connection broke (a write: ``committed=None``).
+        """
+        raise NotImplementedError(f"{self.name} runs no statement at driver level")
 
     async def commit_head(self, write: HeadWrite) -> Head | None:
         """Commit the common state write in one step, or write nothing and return None

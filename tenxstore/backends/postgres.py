@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import itertools
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from typing import Any
@@ -280,6 +280,17 @@ class PostgresBackend(Backend):
         except ConnectionLost:
             return await self._after_a_lost_write(write, server)
         return None if row is None else Head(row[0], row[1], row[2], None)
+
+    @property
+    def one_statement_writes(self) -> bool:  # type: ignore[override]
+        return self.driver_hot_path
+
+    async def run_statement(
+        self, stmt: DriverStatement, values: Mapping[str, Any], *, write: bool
+    ) -> Any:
+        """On a borrowed asyncpg connection, prepared (see :meth:`_hot`): a read is sent
+        again once on a connection found dead, a write only when it was never sent."""
+        return await self._hot(stmt.sql, stmt.args(values), idempotent=not write, fresh=write)
 
     async def _after_a_lost_write(self, write: HeadWrite, server: list[int]) -> Head | None:
         """The connection broke while the write was in flight (a server that dropped an

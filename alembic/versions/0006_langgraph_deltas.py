@@ -1,0 +1,110 @@
+"""LangGraph values stored as deltas; a head flag for one-statement puts.
+
+``lg_blobs`` gains ``base``, ``splice`` and ``skip``: a channel's new version that is
+its previous version with elements appended (a chat's ``messages``) is stored as
+what it gained, with a link to the version it extends (see ``tenxstore.deltas``),
+and ``uid``, the row's random identity (a delta is written on a base only while that
+very row is there). Existing rows are whole values (``base`` NULL, ``uid`` 0).
+
+``lg_checkpoints.is_head`` marks the checkpoint a namespace's last put wrote (false:
+not known, as for every existing row): a put whose parent is marked takes it over in
+one statement, a compare-and-swap on that row; any other put takes the locked path,
+which sets the flag again. Adding the columns rewrites nothing on PostgreSQL 11+.
+
+Downgrade writes every delta back whole first (per thread and channel, in Python),
+so nothing is lost.
+
+Revision ID: 0006_langgraph_deltas
+Revises: 0005_langgraph_storage
+Create Date: 2026-11-30
+
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+
+from alembic import op
+
+revision: str = "0006_langgraph_deltas"
+down_revision: str | Sequence[str] | None = "0005_langgraph_storage"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("lg_blobs") as batch:
+        batch.add_column(sa.Column("base", sa.String(length=255), nullable=True))
+        batch.add_column(sa.Column("splice", sa.Integer(), nullable=True))
+        batch.add_column(sa.Column("skip", sa.Integer(), nullable=True))
+        batch.add_column(sa.Column("uid", sa.BigInteger(), server_default="0", nullable=False))
+    with op.batch_alter_table("lg_checkpoints") as batch:
+        batch.add_column(
+            sa.Column("is_head", sa.Boolean(), server_default=sa.false(), nullable=False)
+        )
+
+
+def _whole(rows: dict[str, tuple[bytes, str | None, int, int]], version: str) -> bytes:
+    # Frozen here (tenxstore.deltas.rebuild reads the same format).
+    chain = []
+    at: str | None = version
+    while at is not None:
+        blob, base, splice, skip = rows[at]
+        chain.append((blob, splice, skip))
+        at = base
+    value = chain[-1][0]
+    for blob, splice, skip in reversed(chain[:-1]):
+        value = blob[:splice] + value[skip:] + blob[splice:]
+    return value
+
+
+def downgrade() -> None:
+    bind = op.get_bind()
+    b = sa.table(
+        "lg_blobs",
+        sa.column("thread_id"),
+        sa.column("checkpoint_ns"),
+        sa.column("channel"),
+        sa.column("version"),
+        sa.column("blob", sa.LargeBinary()),
+        sa.column("base"),
+        sa.column("splice"),
+        sa.column("skip"),
+    )
+    channels = bind.execute(
+        sa.select(b.c.thread_id, b.c.checkpoint_ns, b.c.channel)
+        .where(b.c.base.is_not(None))
+        .distinct()
+    ).all()
+    key = (b.c.thread_id, b.c.checkpoint_ns, b.c.channel, b.c.version)
+    fill = (
+        sa.update(b)
+        .where(*(column == sa.bindparam(f"k_{column.name}") for column in key))
+        .values(blob=sa.bindparam("k_blob"), base=None, splice=None, skip=None)
+    )
+    for thread_id, ns, channel in channels:  # one channel's chains at a time
+        found = bind.execute(
+            sa.select(b.c.version, b.c.blob, b.c.base, b.c.splice, b.c.skip).where(
+                b.c.thread_id == thread_id, b.c.checkpoint_ns == ns, b.c.channel == channel
+            )
+        ).all()
+        rows = {r.version: (bytes(r.blob), r.base, r.splice or 0, r.skip or 0) for r in found}
+        updates = [
+            {
+                "k_thread_id": thread_id,
+                "k_checkpoint_ns": ns,
+                "k_channel": channel,
+                "k_version": version,
+                "k_blob": _whole(rows, version),
+            }
+            for version, (_, base, _, _) in rows.items()
+            if base is not None
+        ]
+        bind.execute(fill, updates)
+    with op.batch_alter_table("lg_checkpoints") as batch:
+        batch.drop_column("is_head")
+    with op.batch_alter_table("lg_blobs") as batch:
+        batch.drop_column("uid")
+        batch.drop_column("skip")
+        batch.drop_column("splice")
+        batch.drop_column("base")
