@@ -99,7 +99,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         history_limit: Checkpoints kept per thread and namespace (None: all). The
             newest ``history_limit`` are kept, with the heads of branches left at an
             interrupt; the rest (and the subgraph runs under it) is pruned when the
-            namespace has grown by a tenth of the limit since the last prune. A
+            namespace has grown by half the limit since the last prune. A
             ``DeltaChannel`` graph's namespace is kept whole.
         user_id: Act for this user: configs without a ``user_id`` get it, a config
             naming another user is refused, and the config-less calls are scoped to it.
