@@ -1,0 +1,273 @@
+"""How LangGraph values are stored: a list that grows is kept as what it gained (a
+delta on the version before), read back exactly as LangGraph wrote it whatever the
+edits; a delta is written only on the very row it was made from; a damaged chain is
+an error, never a wrong value; a downgrade writes every value whole again."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.graph", reason="the langgraph extra is not installed")
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage
+from langgraph.checkpoint.base import copy_checkpoint
+from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from sqlalchemy import text
+
+import tenxstore
+from tenxstore import AuthPolicy, SerializationError, migrate
+from tenxstore.deltas import MAX_DEPTH, Stored, blob_write, delta, rebuild
+from tenxstore.langgraph import TenxCheckpointSaver
+from tests.conftest import Backend
+
+
+def chat(saver: Any) -> Any:
+    """A chat: the input's messages go in (add_messages: append, edit by id, remove),
+    then one AI reply is appended."""
+
+    def reply(state: MessagesState) -> dict[str, list[AnyMessage]]:
+        count = len(state["messages"])
+        return {"messages": [AIMessage(content=f"reply to {count}", id=f"ai-{count}")]}
+
+    return (
+        StateGraph(MessagesState)
+        .add_node("reply", reply)
+        .add_edge(START, "reply")
+        .add_edge("reply", END)
+        .compile(checkpointer=saver)
+    )
+
+
+def run(thread: str = "t", **extra: Any) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread, **extra}}
+
+
+def turns() -> list[list[AnyMessage]]:
+    """Inputs that append, edit an earlier message in place, remove one, and clear."""
+    script: list[list[AnyMessage]] = []
+    for n in range(24):
+        script.append([HumanMessage(content=f"question {n} " + "x" * (n * 7), id=f"h{n}")])
+        if n == 8:
+            script.append([HumanMessage(content="question 2, edited", id="h2")])
+        if n == 12:
+            script.append([RemoveMessage(id="h5"), HumanMessage(content="after", id="a12")])
+        if n == 17:
+            script.append([RemoveMessage(id=REMOVE_ALL_MESSAGES), HumanMessage("anew", id="z")])
+    return script
+
+
+async def history(graph: Any, config: dict[str, Any]) -> list[Any]:
+    return [s.values.get("messages", []) async for s in graph.aget_state_history(config)]
+
+
+def blobs_table(backend: Backend) -> str:
+    return "lg_blobs" if backend.schema is None else f'"{backend.schema}".lg_blobs'
+
+
+async def blob_rows(cp: Any, backend: Backend) -> list[Any]:
+    """The rows of the ``messages`` channel's values."""
+    async with cp.engine.connect() as conn:
+        found = await conn.execute(
+            text(
+                f"SELECT version, base, blob FROM {blobs_table(backend)} "
+                "WHERE channel = 'messages' ORDER BY version"
+            )
+        )
+        return list(found)
+
+
+async def test_every_state_reads_back_as_langgraph_wrote_it(backend: Backend) -> None:
+    """The same script on LangGraph's InMemorySaver and on tenxstore: every checkpoint
+    of the history holds the same messages (edits, removals, a clear included), with a
+    history limit that prunes on the way, and from a checkpointer that knows nothing."""
+    saver = TenxCheckpointSaver(await backend.make(), history_limit=9).for_user("alice")
+    ours, theirs = chat(saver), chat(InMemorySaver())
+    for given in turns():
+        mine = await ours.ainvoke({"messages": given}, run())
+        expected = await theirs.ainvoke({"messages": given}, run())
+        assert mine == expected
+    kept = await history(ours, run())
+    assert len(kept) >= 9
+    assert kept == (await history(theirs, run()))[: len(kept)]
+    if backend.name != "memory":  # a reader with nothing remembered reads the same
+        fresh = TenxCheckpointSaver(await backend.make()).for_user("alice")
+        assert await history(chat(fresh), run()) == kept
+
+
+async def test_a_list_that_grows_is_stored_as_what_it_gained(sql_backend: Backend) -> None:
+    cp = await sql_backend.make(enforce_user_isolation=False)
+    graph = chat(TenxCheckpointSaver(cp, history_limit=None))
+    for n in range(60):
+        await graph.ainvoke({"messages": [HumanMessage(f"message {n} " + "y" * 200)]}, run())
+    rows = await blob_rows(cp, sql_backend)
+    final = (await graph.aget_state(run())).values["messages"]
+    whole = len(JsonPlusSerializer().dumps_typed(final)[1])
+    assert len(final) == 120
+    assert sum(r.base is not None for r in rows) > len(rows) // 2
+    # stored whole at every version it would be ~60 times the last value
+    assert sum(len(r.blob) for r in rows) < 6 * whole
+
+
+async def test_a_delta_is_written_only_on_the_row_it_was_made_from(
+    sql_backend: Backend,
+) -> None:
+    """Two processes (two checkpointers, each remembering the last value it wrote). The
+    first writes a thread. The second deletes it and writes it again with versions of
+    the same names (a saver counting versions as integers) and other messages, then
+    clears them and writes the first's messages again, with a reply. The first goes
+    on from that head by its id (no read of the head, which would refresh what it
+    remembers): its new value extends the bytes it remembers, but the row of that
+    version now holds the second's messages — a delta on it would read back wrong. It
+    must be stored whole."""
+
+    class Counting(TenxCheckpointSaver):
+        def get_next_version(self, current: Any, channel: None = None) -> Any:
+            return (current or 0) + 1
+
+    operator = AuthPolicy(enforce_user_isolation=False)
+    first = Counting(await sql_backend.make(), auth_policy=operator)
+    second = Counting(await sql_backend.make(), auth_policy=operator)
+    said: list[AnyMessage] = []
+    for n in range(3):
+        said.append(HumanMessage(f"first {n}", id=f"f{n}"))
+        await chat(first).ainvoke({"messages": [said[-1]]}, run())
+        said.append(AIMessage(content=f"reply to {2 * n + 1}", id=f"ai-{2 * n + 1}"))
+    remembered = await first.aget_tuple(run())
+    assert remembered is not None
+    await second.adelete_thread("t")
+    for n in range(3):
+        await chat(second).ainvoke({"messages": [HumanMessage(f"second {n}", id=f"s{n}")]}, run())
+    again = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *said]
+    await chat(second).ainvoke({"messages": again}, run())
+    head = await second.aget_tuple(run())
+    assert head is not None
+    # The first's next checkpoint, put without reading the head (as a run that read
+    # before the second wrote would): the messages of the head and one more.
+    checkpoint = copy_checkpoint(head.checkpoint)
+    checkpoint["id"] = str(uuid6(clock_seq=-2))
+    messages = [*head.checkpoint["channel_values"]["messages"], HumanMessage("first", id="x")]
+    checkpoint["channel_values"]["messages"] = messages
+    version = first.get_next_version(max(checkpoint["channel_versions"].values()))
+    checkpoint["channel_versions"]["messages"] = version
+    await first.aput(
+        head.config, checkpoint, {"source": "update", "step": 9}, {"messages": version}
+    )
+    expected = [m.content for m in said] + ["reply to 6", "first"]
+    for reader in (first, second, Counting(await sql_backend.make(), auth_policy=operator)):
+        state = await chat(reader).aget_state(run())
+        assert [m.content for m in state.values["messages"]] == expected
+
+
+async def test_a_damaged_chain_is_an_error_not_a_wrong_value(sql_backend: Backend) -> None:
+    cp = await sql_backend.make(enforce_user_isolation=False)
+    graph = chat(TenxCheckpointSaver(cp))
+    for n in range(4):
+        await graph.ainvoke({"messages": [HumanMessage(f"message {n}")]}, run())
+    based = [r for r in await blob_rows(cp, sql_backend) if r.base is not None]
+    assert based
+    async with cp.engine.begin() as conn:
+        await conn.execute(
+            text(f"DELETE FROM {blobs_table(sql_backend)} WHERE version = :v"),
+            {"v": based[-1].base},
+        )
+    fresh = chat(TenxCheckpointSaver(await sql_backend.make(enforce_user_isolation=False)))
+    with pytest.raises(SerializationError, match="channel 'messages'"):
+        await fresh.aget_state(run())
+
+
+async def test_puts_and_prunes_racing_lose_nothing(sql_backend: Backend) -> None:
+    """A run writing turn after turn while another process prunes the thread again and
+    again (aprune keeps each namespace's newest): every turn commits, and the head reads
+    back whole, from the writer and from a checkpointer that remembers nothing."""
+    operator = AuthPolicy(enforce_user_isolation=False)
+    writer = TenxCheckpointSaver(await sql_backend.make(), auth_policy=operator)
+    pruner = TenxCheckpointSaver(await sql_backend.make(), auth_policy=operator)
+    graph = chat(writer)
+    await graph.ainvoke({"messages": [HumanMessage("start", id="h-start")]}, run())
+    done = asyncio.Event()
+
+    async def prune() -> int:
+        count = 0
+        while not done.is_set():
+            await pruner.aprune(["t"])
+            count += 1
+            await asyncio.sleep(0)
+        return count
+
+    pruning = asyncio.create_task(prune())
+    try:
+        for n in range(25):
+            await graph.ainvoke({"messages": [HumanMessage(f"turn {n}", id=f"h{n}")]}, run())
+    finally:
+        done.set()
+        prunes = await pruning
+    assert prunes > 1
+    expected = ["start", "reply to 1"]
+    for n in range(25):
+        expected += [f"turn {n}", f"reply to {2 * n + 3}"]
+    reader = TenxCheckpointSaver(await sql_backend.make(), auth_policy=operator)
+    for saver in (writer, reader):
+        state = await chat(saver).aget_state(run())
+        assert [m.content for m in state.values["messages"]] == expected
+
+
+async def test_a_downgrade_writes_every_value_whole(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    cp = tenxstore.CheckpointRepository(url, enforce_user_isolation=False)
+    await cp.asetup()
+    graph = chat(TenxCheckpointSaver(cp, history_limit=None))
+    for n in range(20):
+        await graph.ainvoke({"messages": [HumanMessage(f"message {n}", id=f"h{n}")]}, run())
+    assert any(r.base is not None for r in await blob_rows(cp, Backend("sqlite")))
+    await migrate.downgrade(cp.backend, revision="0005_langgraph_storage")
+    await cp.aclose()
+    serde = JsonPlusSerializer()
+    with sqlite3.connect(tmp_path / "d.db") as raw:
+        found = raw.execute(
+            "SELECT type, blob FROM lg_blobs WHERE channel = 'messages' ORDER BY version"
+        ).fetchall()
+        columns = [row[1] for row in raw.execute("PRAGMA table_info(lg_blobs)")]
+    assert "base" not in columns
+    lengths = [len(serde.loads_typed((kind, bytes(blob)))) for kind, blob in found]
+    assert lengths == sorted(lengths) and lengths[-1] == 40
+    again = tenxstore.CheckpointRepository(url, enforce_user_isolation=False)
+    await again.asetup()  # up to head again: the whole values read as they are
+    try:
+        state = await chat(TenxCheckpointSaver(again)).aget_state(run())
+        assert len(state.values["messages"]) == 40
+    finally:
+        await again.aclose()
+
+
+def test_a_delta_is_exactly_the_bytes_appended() -> None:
+    serde = JsonPlusSerializer()
+    values: list[Any] = []
+    rows: dict[str, Stored] = {}
+    base = None
+    for n in range(3 * MAX_DEPTH):  # over fixarray, array16 and several whole values
+        values = [*values, {"n": n, "text": "é" * (n % 5)}]
+        write = blob_write("c", f"{n:04}", serde.dumps_typed(values), base)
+        rows[write.version] = Stored(
+            write.type,
+            write.blob,
+            None if write.base is None else write.base.version,
+            write.splice,
+            write.skip,
+            write.uid,
+        )
+        base = write.remembered()
+        assert base.depth <= MAX_DEPTH
+        assert rebuild(rows, write.version)[1] == serde.dumps_typed(values)[1]
+    assert sum(r.base is None for r in rows.values()) >= 3
+    assert delta(serde.dumps_typed([1, 2])[1], serde.dumps_typed([2, 1, 3])[1]) is None
+    assert delta(serde.dumps_typed({"a": 1})[1], serde.dumps_typed({"a": 1, "b": 2})[1]) is None
+    edited = blob_write("c", "x", serde.dumps_typed([*values[:-1], {"n": -1}]), base)
+    assert edited.base is None
