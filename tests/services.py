@@ -126,7 +126,9 @@ def pgbouncer_url() -> str:
     if os.geteuid() == 0:  # PgBouncer refuses to run as root
         command[1:1] = ["-u", "postgres"]
         shutil.chown(directory, "postgres")  # its log and pid file
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # Its log goes to the logfile; stderr (a copy of it) to nowhere: a pipe nobody
+    # reads fills after ~250 logins and PgBouncer then blocks on it, answering no one.
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     atexit.register(process.kill)
     wait_for_port(port, process, "pgbouncer")
     return f"postgresql://{user}@127.0.0.1:{port}{target.path or '/test'}"
