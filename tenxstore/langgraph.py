@@ -53,7 +53,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
 
 from .config import INCARNATION_KEY
 from .errors import ConfigError
-from .langgraph_tables import Values, run_id_of
+from .langgraph_tables import KEY, Values, run_id_of
 from .loops import BackgroundLoop
 from .protocol import Checkpointer
 from .serde import decode, encode
@@ -69,8 +69,6 @@ a graph that writes four checkpoints a turn."""
 HEAD_KEY = "_checkpoint_head"
 """In a config the saver returns: the namespace's newest checkpoint when it was read."""
 _SYNC = BackgroundLoop("tenxstore-langgraph")
-_DELTA_BATCH = 100  # ancestors read per query while looking for DeltaChannel seeds
-_KEY = 255  # the longest channel name and version lg_blobs keys hold
 _FOUND_EMPTY: ContextVar[frozenset[tuple[int, Any, str]]] = ContextVar(
     "tenxstore_langgraph_found_empty", default=frozenset()
 )
@@ -216,16 +214,18 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         channel_values = checkpoint["channel_values"]
         # The values go to lg_blobs, each version once; the checkpoint names them. A
         # name or version longer than the table's key holds stays inline.
+        # A None value (a branch channel's, say) stays inline too, named by version
+        # "" (no row has it): a row of its own would cost ~125 bytes a version.
         versions = {
-            ch: str(v)
+            ch: "" if channel_values.get(ch, ...) is None else str(v)
             for ch, v in checkpoint["channel_versions"].items()
-            if len(ch) <= _KEY and len(str(v)) <= _KEY
+            if len(ch) <= KEY and len(str(v)) <= KEY
         }
-        inline = {ch: v for ch, v in channel_values.items() if ch not in versions}
+        inline = {ch: v for ch, v in channel_values.items() if versions.get(ch, "") == ""}
         typed = self.serde.dumps_typed({**checkpoint, "channel_values": inline})
         values = Values(
             versions=versions,
-            stored=frozenset(channel_values) & frozenset(versions),
+            stored=frozenset(ch for ch in channel_values if versions.get(ch, "") != ""),
             new=frozenset(new_versions),
             dump=lambda channel: self.serde.dumps_typed(channel_values[channel]),
         )
@@ -423,37 +423,33 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """LangGraph's walk of the parent chain for ``DeltaChannel`` values (beta), read
-        from the database in one query for the chain and one per batch of ancestors
-        (not one per ancestor): per channel, the writes on the path oldest first, and
-        the nearest stored value as the seed."""
+        a batch of 256 ancestors at a time in one snapshot, only the channels asked for:
+        per channel, the writes on the path oldest first, and the nearest stored value
+        as the seed."""
         if not channels:
             return {}
         scoped = self._scoped(config)
         conf = scoped["configurable"]
         ns = conf.get("checkpoint_ns", "")
-        chain = await self._tables.ancestors(scoped, ns, get_checkpoint_id(config))
+        steps = await self._tables.history(scoped, ns, get_checkpoint_id(config), set(channels))
         collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
         seeds: dict[str, Any] = {}
         remaining = set(channels)
-        for start in range(0, len(chain), _DELTA_BATCH):
-            batch = chain[start : start + _DELTA_BATCH]
-            rows = await self._tables.rows(
-                scoped, ns, None, None, None, among=batch, channels=remaining
-            )
-            by_id = {found[0].checkpoint_id: found for found in rows}
-            for checkpoint_id in batch:  # parent first
-                if not remaining or checkpoint_id not in by_id:
-                    break
-                found = self._tuple(*by_id[checkpoint_id])
-                for write in reversed(found.pending_writes or []):
-                    if write[1] in remaining:
-                        collected[write[1]].append(write)
-                values = found.checkpoint["channel_values"]
-                for channel in [c for c in remaining if c in values]:
-                    seeds[channel] = values[channel]
-                    remaining.discard(channel)
+        for _, writes, values, inline in steps:  # parent first
             if not remaining:
                 break
+            for w in reversed(writes):
+                if w.channel in remaining:
+                    collected[w.channel].append(
+                        (w.task_id, w.channel, self.serde.loads_typed((w.type, w.value)))
+                    )
+            held = {ch: self.serde.loads_typed(typed) for ch, typed in values.items()}
+            if inline is not None:  # values kept in the checkpoint itself
+                checkpoint = self.serde.loads_typed((inline.type, inline.checkpoint))
+                held = {**checkpoint["channel_values"], **held}
+            for channel in [c for c in remaining if c in held]:
+                seeds[channel] = held[channel]
+                remaining.discard(channel)
         result: dict[str, DeltaChannelHistory] = {}
         for channel in channels:
             entry: DeltaChannelHistory = {"writes": list(reversed(collected[channel]))}

@@ -11,12 +11,13 @@ import hashlib
 import re
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import (
+    Boolean,
     Integer,
     String,
     and_,
@@ -26,9 +27,11 @@ from sqlalchemy import (
     insert,
     literal,
     select,
+    true,
     tuple_,
     update,
 )
+from sqlalchemy.sql.util import ClauseAdapter
 
 from .config import RunIds, recorded_incarnation
 from .deltas import Base, Bases, BlobWrite, BrokenChain, Stored, blob_write, rebuild
@@ -36,9 +39,11 @@ from .errors import ConnectionLost, LockTimeout, SerializationError, StaleStateE
 from .serde import decode, encode
 from .store import Store
 
-__all__ = ["LangGraphTables", "Values", "needed", "run_id_of"]
+__all__ = ["KEY", "LangGraphTables", "Values", "needed", "run_id_of"]
 
 _BATCH = 500  # checkpoints whose writes are read (or deleted) in one statement
+_WALK = 256  # ancestors walked per query for a DeltaChannel history
+KEY = 255  # the longest channel name and version lg_blobs keys hold
 _REMEMBERED = 4096  # namespaces whose last prune this process remembers
 INTERRUPT = "__interrupt__"  # LangGraph's channel of a pending interrupt
 NS_SEP, NS_END = "|", ":"  # LangGraph's namespace separators (subgraph | node:task)
@@ -113,8 +118,9 @@ def _root_of(metadata: str) -> Any:
 class Values:
     """A checkpoint's channel values as ``put`` stores them.
 
-    ``versions``: the channels' versions (as text), what a reader looks up;
-    ``stored``: the channels that have a value at their version; ``new``: the
+    ``versions``: the channels' versions (as text), what a reader looks up ("" for
+    a None value, kept inline in the checkpoint); ``stored``: the channels whose
+    value is kept in ``lg_blobs`` at their version; ``new``: the
     channels LangGraph gave a new version (their values are written, replacing what
     a checkpoint put again stored); ``dump``: a channel's value serialized
     (``(type, bytes)``), called for the new ones and for versions not stored yet.
@@ -157,28 +163,58 @@ class _Statements:
 _BLOB_COLUMNS = ("channel", "version", "type", "blob", "base", "splice", "skip", "uid")
 
 
+@dataclass(frozen=True)
+class _Lookup:
+    """A row looked up by key from inside a query: its columns and the join condition."""
+
+    columns: list[Any]
+    on: Any
+    source: Any
+
+
+def _by_key(
+    store: Store, table: Any, fixed: tuple[Any, ...], last: Any, names: list[str], name: str
+) -> _Lookup:
+    """Join ``table``'s row whose key is ``fixed`` and ``last`` (which names an outer
+    column): on PostgreSQL a LATERAL subquery with LIMIT 1, which the planner runs per
+    outer row by the whole key (a plain join may be planned as a scan of the thread's
+    rows per step when the table's statistics are stale, as on a new database); a
+    plain join elsewhere (SQLite plans it by the primary key)."""
+    if store.backend.dialect == "postgresql":
+        found = select(*(table.c[n] for n in names)).where(*fixed, last).limit(1).lateral(name)
+        return _Lookup([found.c[n] for n in names], true(), found)
+    alias = table.alias(name)
+    adapt = ClauseAdapter(alias)
+    conditions = [adapt.traverse(expr) for expr in (*fixed, last)]
+    return _Lookup([alias.c[n] for n in names], and_(*conditions), alias)
+
+
 def _chain(store: Store, thread: Any, ns: Any, named: Any) -> Any:
-    """The ``lg_blobs`` rows of the values ``named`` selects (``channel``, ``version``)
-    and of every base their deltas are built on: keys walked recursively (UNION
-    drops the walks that meet), rows joined once at the end."""
+    """The ``lg_blobs`` rows of the values ``named`` selects (``channel``, ``version``,
+    ``base``) and of every base their deltas are built on: keys walked recursively
+    (UNION drops the walks that meet), each step and each row at the end looked up by
+    its whole key."""
     b = store.tables.lg_blobs
     here = (b.c.thread_id == thread, b.c.checkpoint_ns == ns)
     start = named.cte("chain", recursive=True)
-    step = b.alias("step")
-    keys = start.union(
-        select(step.c.channel, step.c.version, step.c.base).join(
-            start,
-            and_(
-                step.c.thread_id == thread,
-                step.c.checkpoint_ns == ns,
-                step.c.channel == start.c.channel,
-                step.c.version == start.c.base,
-            ),
-        )
+    step = _by_key(
+        store,
+        b,
+        (*here, b.c.channel == start.c.channel),
+        b.c.version == start.c.base,
+        ["channel", "version", "base"],
+        "step",
     )
-    return select(*(b.c[name] for name in _BLOB_COLUMNS)).join(
-        keys, and_(*here, b.c.channel == keys.c.channel, b.c.version == keys.c.version)
+    keys = start.union(select(*step.columns).select_from(start).join(step.source, step.on))
+    row = _by_key(
+        store,
+        b,
+        (*here, b.c.channel == keys.c.channel),
+        b.c.version == keys.c.version,
+        list(_BLOB_COLUMNS),
+        "value",
     )
+    return select(*row.columns).select_from(keys).join(row.source, row.on)
 
 
 class _OneStatement:
@@ -320,7 +356,11 @@ class _OneStatement:
             )
             beyond = (
                 select(c.c.checkpoint_id)
-                .where(c.c.thread_id == thread, c.c.checkpoint_ns == ns)
+                .where(
+                    c.c.thread_id == thread,
+                    c.c.checkpoint_ns == ns,
+                    bindparam("look", type_=Boolean()),  # a one-time filter: no scan
+                )
                 .order_by(c.c.checkpoint_id.desc())
                 .offset(bindparam("off", type_=Integer()))
                 .limit(1)
@@ -429,6 +469,7 @@ class _OneStatement:
                         step.c.channel == channel,
                         step.c.version == version,
                     )
+                    .limit(1)  # not flattened: looked up per row by the whole key
                     .lateral(name)
                 )
 
@@ -462,9 +503,257 @@ class _OneStatement:
             return DriverStatement(stmt, dialect)
 
         flags = [(a, z) for a in (False, True) for z in (False, True)]
-        self.put = {key: put(*key) for key in flags}
-        self.put_writes = {key: put_writes(*key) for key in flags}
-        self.read = {key: read(*key) for key in flags}
+        self._put = {key: put(*key) for key in flags}
+        self._put_writes = {key: put_writes(*key) for key in flags}
+        self._read = {key: read(*key) for key in flags}
+        self._backend = store.backend
+
+    async def put(self, scoped: bool, values: dict[str, Any]) -> tuple[int, Any] | None:
+        """``(incarnation, the checkpoint at offset off or None)``, or None when it
+        wrote nothing."""
+        stmt = self._put[(scoped, values["life"] is not None)]
+        row = await self._backend.run_statement(stmt, values, write=True)
+        if row is None or row[0] is None or not row[1]:
+            return None
+        return int(row[0]), row[2]
+
+    async def put_writes(self, scoped: bool, values: dict[str, Any]) -> bool:
+        """Whether the writes were stored (the thread is there, the run's)."""
+        stmt = self._put_writes[(scoped, values["life"] is not None)]
+        row = await self._backend.run_statement(stmt, values, write=True)
+        return row is not None and row[0] is not None
+
+    async def read(self, scoped: bool, values: dict[str, Any]) -> Mapping[str, Any] | None:
+        """The checkpoint (``id``, or the newest) with ``head``, its writes (``w_*``
+        arrays) and the rows of its values' chains (``b_*`` arrays), or None."""
+        stmt = self._read[(scoped, values["id"] is not None)]
+        row = await self._backend.run_statement(stmt, values, write=False)
+        return None if row is None else dict(row.items())
+
+
+class _OneHop:
+    """The same three paths as :class:`_OneStatement` for a SQLite file, each in ONE
+    thread hop: the statements run on a pysqlite connection in a worker thread, a
+    put and a task's writes under the write lock (``BEGIN IMMEDIATE``, which
+    serializes every writer of the file: the checks and the writes see one state),
+    a read in one read transaction. The same common case only; otherwise nothing is
+    written and the locked path runs."""
+
+    def __init__(self, store: Store) -> None:
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        from .backends.driver import DriverStatement
+        from .backends.sqlite import SqliteBackend
+
+        backend = store.backend
+        assert isinstance(backend, SqliteBackend)
+        self._backend = backend
+        hot = backend.hot_path
+        assert hot is not None
+        self._hot = hot
+        tables = store.tables
+        t, c, w, b = tables.threads, tables.lg_checkpoints, tables.lg_writes, tables.lg_blobs
+        dialect = backend.engine.dialect
+        thread = bindparam("t", type_=t.c.thread_id.type)
+        ns = bindparam("ns", type_=String())
+
+        def compiled(stmt: Any) -> DriverStatement:
+            return DriverStatement(stmt, dialect)
+
+        self.thread = compiled(select(t.c.incarnation, t.c.user_id).where(t.c.thread_id == thread))
+        here = (c.c.thread_id == thread, c.c.checkpoint_ns == ns)
+        one = c.c.checkpoint_id == bindparam("id", type_=String())
+        self.parent = compiled(select(c.c.is_head, c.c.versions).where(*here, one))
+        blob_key = (
+            b.c.thread_id == thread,
+            b.c.checkpoint_ns == ns,
+            b.c.channel == bindparam("ch", type_=String()),
+            b.c.version == bindparam("ver", type_=String()),
+        )
+        self.blob_uid = compiled(select(b.c.uid).where(*blob_key))
+        self.unmark = compiled(update(c).where(*here, one).values(is_head=False))
+        names = [
+            "thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "type",
+            "checkpoint", "metadata", "created_at", "run_id", "versions", "is_head",
+        ]  # fmt: skip
+        self.new_checkpoint = compiled(
+            insert(c).values({name: bindparam(f"c_{name}", type_=c.c[name].type) for name in names})
+        )
+        self.new_blob = compiled(
+            insert(b).values(
+                {
+                    name: bindparam(f"b_{name}", type_=b.c[name].type)
+                    for name in ("thread_id", "checkpoint_ns", *_BLOB_COLUMNS)
+                }
+            )
+        )
+        self.beyond = compiled(
+            select(c.c.checkpoint_id)
+            .where(*here)
+            .order_by(c.c.checkpoint_id.desc())
+            .offset(bindparam("off", type_=Integer()))
+            .limit(1)
+        )
+        write_names = ("task_id", "idx", "channel", "type", "value", "task_path")
+        ins = sqlite_insert(w).values(
+            {
+                "thread_id": thread,
+                "checkpoint_ns": ns,
+                "checkpoint_id": bindparam("id", type_=String()),
+                **{name: bindparam(f"w_{name}", type_=w.c[name].type) for name in write_names},
+            }
+        )
+        self.new_write = compiled(
+            ins.on_conflict_do_update(
+                index_elements=["thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
+                set_={
+                    name: ins.excluded[name] for name in ("channel", "type", "value", "task_path")
+                },
+                where=w.c.idx < 0,
+            )
+        )
+        chosen = (
+            select(*c.c, t.c.incarnation, t.c.user_id)
+            .join(t, t.c.thread_id == c.c.thread_id)
+            .where(*here)
+            .order_by(c.c.checkpoint_id.desc())
+            .limit(1)
+        )
+        own = t.c.user_id == bindparam("u", type_=t.c.user_id.type)
+        self.read_stmts = {
+            (False, False): compiled(chosen),
+            (True, False): compiled(chosen.where(own)),
+            (False, True): compiled(chosen.where(one)),
+            (True, True): compiled(chosen.where(one, own)),
+        }
+        self.head = compiled(select(func.max(c.c.checkpoint_id)).where(*here))
+        self.writes = compiled(
+            select(w.c.task_id, w.c.channel, w.c.type, w.c.value)
+            .where(
+                w.c.thread_id == thread,
+                w.c.checkpoint_ns == ns,
+                w.c.checkpoint_id == bindparam("id", type_=String()),
+            )
+            .order_by(w.c.task_path, w.c.task_id, w.c.idx)
+        )
+        pairs = func.json_each(bindparam("versions", type_=String())).table_valued("key", "value")
+        first = select(*(b.c[name] for name in _BLOB_COLUMNS)).join(
+            pairs,
+            and_(b.c.channel == pairs.c.key, b.c.version == pairs.c.value),
+        )
+        first = first.where(b.c.thread_id == thread, b.c.checkpoint_ns == ns)
+        chain = first.cte("chain", recursive=True)
+        step = b.alias("step")
+        chain = chain.union_all(
+            select(*(step.c[name] for name in _BLOB_COLUMNS)).join(
+                chain,
+                and_(
+                    step.c.thread_id == thread,
+                    step.c.checkpoint_ns == ns,
+                    step.c.channel == chain.c.channel,
+                    step.c.version == chain.c.base,
+                ),
+            )
+        )
+        self.chain = compiled(select(*(chain.c[name] for name in _BLOB_COLUMNS)))
+
+    async def put(self, scoped: bool, values: dict[str, Any]) -> tuple[int, Any] | None:
+        """As :meth:`_OneStatement.put`."""
+        return await self._backend.write_in_thread(lambda cursor: self._put(cursor, scoped, values))
+
+    def _put(self, cursor: Any, scoped: bool, v: dict[str, Any]) -> tuple[int, Any] | None:
+        run = self._hot.execute
+        found = run(cursor, self.thread, v).fetchone()
+        if found is None or (scoped and found[1] != v["u"]):
+            return None
+        if v["life"] is not None and found[0] != v["life"]:
+            return None
+        parent = run(cursor, self.parent, {**v, "id": v["parent"]}).fetchone()
+        if parent is None or not parent[0] or not v["parent"] < v["id"] or parent[1] is None:
+            return None
+        named = decode(parent[1])
+        if any(named.get(ch) != version for ch, version in decode(v["old"]).items()):
+            return None
+        for channel, version, uid in zip(v["bc"], v["bv"], v["bu"], strict=True):
+            there = run(cursor, self.blob_uid, {**v, "ch": channel, "ver": version}).fetchone()
+            if there is None or there[0] != uid:
+                return None
+        for channel, version in zip(v["ch"], v["ver"], strict=True):
+            if run(cursor, self.blob_uid, {**v, "ch": channel, "ver": version}).fetchone():
+                return None  # a version stored already is replaced: the locked path's
+        beyond = run(cursor, self.beyond, v).fetchone() if v["look"] else None
+        run(cursor, self.unmark, {**v, "id": v["parent"]})
+        checkpoint = {
+            "c_thread_id": v["t"], "c_checkpoint_ns": v["ns"], "c_checkpoint_id": v["id"],
+            "c_parent_checkpoint_id": v["parent"], "c_type": v["type"],
+            "c_checkpoint": v["checkpoint"], "c_metadata": v["metadata"],
+            "c_created_at": v["now"], "c_run_id": v["run"], "c_versions": v["versions"],
+            "c_is_head": True,
+        }  # fmt: skip
+        run(cursor, self.new_checkpoint, checkpoint)
+        if v["ch"]:
+            columns = zip(
+                v["ch"], v["ver"], v["ty"], v["bl"], v["ba"], v["sp"], v["sk"], v["ui"], strict=True
+            )
+            rows = [
+                {
+                    "b_thread_id": v["t"],
+                    "b_checkpoint_ns": v["ns"],
+                    **{f"b_{name}": value for name, value in zip(_BLOB_COLUMNS, row, strict=True)},
+                }
+                for row in columns
+            ]
+            self._hot.execute_many(cursor, self.new_blob, rows)
+        return int(found[0]), None if beyond is None else beyond[0]
+
+    async def put_writes(self, scoped: bool, values: dict[str, Any]) -> bool:
+        """As :meth:`_OneStatement.put_writes`."""
+        done = await self._backend.write_in_thread(
+            lambda cursor: self._put_writes(cursor, scoped, values)
+        )
+        return bool(done)
+
+    def _put_writes(self, cursor: Any, scoped: bool, v: dict[str, Any]) -> bool | None:
+        found = self._hot.execute(cursor, self.thread, v).fetchone()
+        if found is None or (scoped and found[1] != v["u"]):
+            return None
+        if v["life"] is not None and found[0] != v["life"]:
+            return None
+        names = ("task_id", "idx", "channel", "type", "value", "task_path")
+        columns = zip(v["ta"], v["ix"], v["ch"], v["ty"], v["va"], v["pa"], strict=True)
+        rows = [
+            {**v, **{f"w_{name}": value for name, value in zip(names, row, strict=True)}}
+            for row in columns
+        ]
+        self._hot.execute_many(cursor, self.new_write, rows)
+        return True
+
+    async def read(self, scoped: bool, values: dict[str, Any]) -> Mapping[str, Any] | None:
+        """As :meth:`_OneStatement.read`."""
+        return await self._backend.read_in_thread(lambda cursor: self._read(cursor, scoped, values))
+
+    def _read(self, cursor: Any, scoped: bool, v: dict[str, Any]) -> Mapping[str, Any] | None:
+        run = self._hot.execute
+        stmt = self.read_stmts[(scoped, v["id"] is not None)]
+        found = run(cursor, stmt, v)
+        row = found.fetchone()
+        if row is None:
+            return None
+        names = [d[0] for d in found.description]
+        record: dict[str, Any] = dict(zip(names, row, strict=True))
+        key = {**v, "id": record["checkpoint_id"]}
+        record["head"] = (
+            run(cursor, self.head, v).fetchone()[0] if v["id"] is not None else key["id"]
+        )
+        writes = run(cursor, self.writes, key).fetchall()
+        for i, name in enumerate(("task_id", "channel", "type", "value")):
+            record[f"w_{name}"] = [w[i] for w in writes]
+        blobs = []
+        if record["versions"] is not None:
+            blobs = run(cursor, self.chain, {**v, "versions": record["versions"]}).fetchall()
+        for i, name in enumerate(_BLOB_COLUMNS):
+            record[f"b_{name}"] = [r[i] for r in blobs]
+        return record
 
 
 class LangGraphTables:
@@ -475,16 +764,23 @@ class LangGraphTables:
         self._sql = _Statements(store)
         # (thread, namespace) -> checkpoints its last prune kept (in this process)
         self._kept: OrderedDict[tuple[Any, str], int] = OrderedDict()
+        # (thread, namespace) -> puts in this process (a count, for the looks)
+        self._puts: dict[tuple[Any, str], int] = {}
         # (thread, namespace, channel) -> the value a next version may be a delta of
         self._bases = Bases()
-        self._one: _OneStatement | None = None
+        self._one: _OneStatement | _OneHop | None = None
 
-    def _one_statement(self) -> _OneStatement | None:
-        """The one-statement paths, where the backend runs statements at driver level."""
-        if not self._store.backend.one_statement_writes:
-            return None
+    def _one_statement(self) -> _OneStatement | _OneHop | None:
+        """The one-round-trip paths: one statement where the backend runs statements at
+        driver level (PostgreSQL), one thread hop on a SQLite file; None otherwise."""
+        backend = self._store.backend
         if self._one is None:
-            self._one = _OneStatement(self._store)
+            if backend.one_statement_writes:
+                self._one = _OneStatement(self._store)
+            elif getattr(backend, "hot_path", None) is not None:
+                self._one = _OneHop(self._store)
+        elif isinstance(self._one, _OneStatement) and not backend.one_statement_writes:
+            return None
         return self._one
 
     def _blob_writes(self, thread_id: Any, ns: str, values: Values | None) -> list[BlobWrite]:
@@ -544,6 +840,13 @@ class LangGraphTables:
             if limit is None
             else max(self._kept.get(key, limit), limit) + max(limit // 2, 1) - 2
         )
+        # the look costs a walk of the index past ``probe`` entries: made on a
+        # namespace's first put in this process, then every tenth of the limit
+        puts = self._puts.get(key, 0)
+        look = limit is not None and puts % max(limit // 10, 1) == 0
+        if len(self._puts) >= _REMEMBERED and key not in self._puts:
+            self._puts.clear()  # bounded: a namespace forgotten is looked at again
+        self._puts[key] = puts + 1
         if self._store.store_id is None:
             await self._store.ensure_ready()
         blobs = self._blob_writes(ids.thread_id, ns, values)
@@ -551,7 +854,7 @@ class LangGraphTables:
         if one is not None and parent_id is not None and values is not None:
             done = await self._put_at_once(
                 one, ids, config, ns, checkpoint_id, parent_id, typed, metadata, now, run_id,
-                values, blobs, probe or 0,
+                values, blobs, probe or 0, look,
             )  # fmt: skip
             if done is not None:
                 self._learn(ids.thread_id, ns, blobs)
@@ -636,7 +939,7 @@ class LangGraphTables:
 
     async def _put_at_once(
         self,
-        one: _OneStatement,
+        one: _OneStatement | _OneHop,
         ids: RunIds,
         config: dict[str, Any],
         ns: str,
@@ -649,15 +952,15 @@ class LangGraphTables:
         values: Values,
         blobs: list[BlobWrite],
         probe: int,
+        look: bool,
     ) -> tuple[int, Any] | None:
-        """The put as ONE statement (see :class:`_OneStatement`): ``(incarnation, the
+        """The put in one round trip (see :class:`_OneStatement`): ``(incarnation, the
         checkpoint at offset probe or None)``, or None when it wrote nothing."""
         life = recorded_incarnation(config)
-        stmt = one.put[(ids.isolated, life is not None)]
         unchanged = {ch: v for ch, v in values.versions.items() if ch not in values.new}
         based = [bw for bw in blobs if bw.base is not None]
-        row = await self._store.backend.run_statement(
-            stmt,
+        return await one.put(
+            ids.isolated,
             {
                 "t": ids.thread_id,
                 "ns": ns,
@@ -685,12 +988,9 @@ class LangGraphTables:
                 "sk": [bw.skip for bw in blobs],
                 "ui": [bw.uid for bw in blobs],
                 "off": probe,
+                "look": look,
             },
-            write=True,
         )
-        if row is None or row[0] is None or not row[1]:
-            return None
-        return int(row[0]), row[2]
 
     async def _prune_after(self, thread_id: Any, ns: str, limit: int) -> None:
         """Prune a namespace after a one-statement put (in a transaction of its own).
@@ -958,8 +1258,8 @@ class LangGraphTables:
         one = self._one_statement()
         if one is not None and rows:  # one statement when the thread is there, the run's
             life = recorded_incarnation(config)
-            found = await self._store.backend.run_statement(
-                one.put_writes[(ids.isolated, life is not None)],
+            stored = await one.put_writes(
+                ids.isolated,
                 {
                     "t": ids.thread_id,
                     "ns": ns,
@@ -978,9 +1278,8 @@ class LangGraphTables:
                         )
                     },
                 },
-                write=True,
             )
-            if found is not None and found[0] is not None:
+            if stored:
                 return
         here = (w.c.thread_id == ids.thread_id, w.c.checkpoint_ns == ns)
         keep_first = self._store.backend.insert_ignore(
@@ -1021,8 +1320,6 @@ class LangGraphTables:
         before: str | None,
         limit: int | None,
         metadata: dict[str, Any] | None = None,
-        among: list[str] | None = None,
-        channels: Iterable[str] | None = None,
     ) -> list[tuple[Any, list[Any], dict[str, tuple[str, bytes]]]]:
         """Checkpoints newest first (with their writes, and the values they name in
         ``lg_blobs``: ``{channel: (type, blob)}``), narrowed as asked.
@@ -1031,16 +1328,16 @@ class LangGraphTables:
         while isolation applies, every thread otherwise. ``metadata`` keeps the
         checkpoints whose metadata has those top-level values: narrowed in SQL by
         each pair's JSON text (for keys and values whose text is plain), then checked
-        exactly; writes are read only for the checkpoints returned (values only of
-        ``channels``, when given). ``among`` keeps
-        those checkpoint ids only.
+        exactly; writes are read only for the checkpoints returned. One checkpoint
+        of a thread's namespace is read in one round trip where the backend has such
+        a path.
         """
         store = self._store
         c, w = store.tables.lg_checkpoints, store.tables.lg_writes
         ids = store.ids(config, need_thread=False)
         one_thread = ids.thread_id is not None
         single = one_thread and ns is not None and limit == 1 and before is None
-        single = single and not metadata and among is None and channels is None
+        single = single and not metadata
         learn = single and checkpoint_id is None  # a run's read of the head
         if store.store_id is None:
             await store.ensure_ready()
@@ -1069,8 +1366,6 @@ class LangGraphTables:
             stmt = stmt.where(c.c.checkpoint_ns == ns)
         if checkpoint_id is not None:
             stmt = stmt.where(c.c.checkpoint_id == checkpoint_id)
-        if among is not None:
-            stmt = stmt.where(c.c.checkpoint_id.in_(among))
         if before is not None:
             stmt = stmt.where(c.c.checkpoint_id < before)
         for name, value in (metadata or {}).items():
@@ -1113,8 +1408,7 @@ class LangGraphTables:
                     key = (write.thread_id, write.checkpoint_ns, write.checkpoint_id)
                     if key in writes:
                         writes[key].append(write)
-            wanted = None if channels is None else set(channels)
-            values = await self._values(conn, rows, wanted, learn=learn)
+            values = await self._values(conn, rows, learn=learn)
         return [
             (
                 row,
@@ -1125,18 +1419,16 @@ class LangGraphTables:
         ]
 
     async def _read_at_once(
-        self, one: _OneStatement, ids: RunIds, ns: str, checkpoint_id: str | None
+        self, one: _OneStatement | _OneHop, ids: RunIds, ns: str, checkpoint_id: str | None
     ) -> list[tuple[Any, list[Any], dict[str, tuple[str, bytes]]]]:
         """One checkpoint (the head when no id is given) with its writes and values, in
-        ONE statement."""
-        found = await self._store.backend.run_statement(
-            one.read[(ids.isolated, checkpoint_id is not None)],
-            {"t": ids.thread_id, "ns": ns, "u": ids.user_id, "id": checkpoint_id},
-            write=False,
+        one round trip."""
+        found = await one.read(
+            ids.isolated, {"t": ids.thread_id, "ns": ns, "u": ids.user_id, "id": checkpoint_id}
         )
         if found is None:
             return []
-        row = SimpleNamespace(**dict(found.items()))
+        row = SimpleNamespace(**found)
         writes = [
             SimpleNamespace(task_id=task, channel=channel, type=kind, value=value)
             for task, channel, kind, value in zip(
@@ -1192,7 +1484,6 @@ class LangGraphTables:
         self,
         conn: Any,
         rows: Sequence[Any],
-        channels: set[str] | None = None,
         *,
         learn: bool = False,
     ) -> dict[tuple[Any, str, str], dict[str, tuple[str, bytes]]]:
@@ -1206,8 +1497,6 @@ class LangGraphTables:
             if row.versions is None:  # its values are inline (written before 0005)
                 continue
             versions = decode(row.versions)
-            if channels is not None:
-                versions = {ch: v for ch, v in versions.items() if ch in channels}
             named.append((row, versions))
             wanted.setdefault((row.thread_id, row.checkpoint_ns), set()).update(versions.items())
         found: dict[tuple[Any, str], dict[str, dict[str, Stored]]] = {}
@@ -1232,34 +1521,169 @@ class LangGraphTables:
             values[(t, ns, row.checkpoint_id)] = self._rebuilt(t, ns, versions, stored, learn=learn)
         return values
 
-    async def ancestors(
-        self, config: dict[str, Any], ns: str, checkpoint_id: str | None
-    ) -> list[str]:
-        """The ids of a checkpoint's ancestors, parent first, in ONE query (a recursive
-        walk of the parent links); [] when it is absent or not the caller's."""
+    async def history(
+        self, config: dict[str, Any], ns: str, checkpoint_id: str | None, channels: set[str]
+    ) -> list[tuple[str, list[Any], dict[str, tuple[str, bytes]], Any]]:
+        """What a walk of a checkpoint's ancestors for ``channels`` needs (LangGraph's
+        ``DeltaChannel`` history), parent first, up to the nearest ancestor that holds a
+        value of each channel: per ancestor, its id, its writes to those channels
+        (LangGraph's order), the values of those channels it holds, and — when some of
+        its values are inline (written before 0005, or a channel name longer than
+        the table's key) — its row (``type``, ``checkpoint``), else None.
+
+        Read in one snapshot, a batch of ancestors at a time (one query each for the
+        ancestors, which of them hold values, their writes, and the values): neither
+        the checkpoints nor other channels' writes are read or decoded.
+        """
         store = self._store
-        c = store.tables.lg_checkpoints
+        c, w, b = store.tables.lg_checkpoints, store.tables.lg_writes, store.tables.lg_blobs
         ids = store.ids(config)
-        here = and_(c.c.thread_id == store.visible_thread(ids), c.c.checkpoint_ns == ns)
-        start = select(c.c.checkpoint_id, c.c.parent_checkpoint_id, literal(0).label("depth"))
-        if checkpoint_id is None:
-            newest = select(func.max(c.c.checkpoint_id)).where(here).scalar_subquery()
-            start = start.where(here, c.c.checkpoint_id == newest)
-        else:
-            start = start.where(here, c.c.checkpoint_id == checkpoint_id)
-        chain = start.cte("chain", recursive=True)
-        step = c.alias("step")
+        thread = store.visible_thread(ids)
+        steps: list[tuple[str, list[Any], dict[str, tuple[str, bytes]], Any]] = []
+        remaining = set(channels)
+        async with store.snapshot() as conn:
+            start = checkpoint_id
+            if start is None:
+                newest = select(func.max(c.c.checkpoint_id)).where(
+                    c.c.thread_id == thread, c.c.checkpoint_ns == ns
+                )
+                start = (await conn.execute(newest)).scalar()
+            first = True
+            held: set[tuple[str, str]] | None = None
+            while start is not None and remaining:
+                chain = await self._walk(conn, ids.thread_id, thread, ns, start, skip=first)
+                first = False
+                if not chain:
+                    break
+                named = {
+                    r.checkpoint_id: {
+                        ch: v for ch, v in decode(r.versions).items() if ch in remaining
+                    }
+                    for r in chain
+                    if r.versions is not None
+                }
+                long = any(len(ch) > KEY for ch in remaining)  # kept inline: looked at
+                inline = [
+                    r.checkpoint_id
+                    for r in chain
+                    if r.versions is None
+                    or long
+                    or "" in named.get(r.checkpoint_id, {}).values()  # a None, inline
+                ]
+                if held is None:  # the stored versions of those channels (few: snapshots)
+                    rows = await conn.execute(
+                        select(b.c.channel, b.c.version).where(
+                            b.c.thread_id == ids.thread_id,
+                            b.c.checkpoint_ns == ns,
+                            b.c.channel.in_(sorted(remaining)),
+                        )
+                    )
+                    held = {(r.channel, r.version) for r in rows}
+                # the ancestors walked: up to the one where the last channel found a value
+                walked, seeds, looking = [], {}, set(remaining)
+                for r in chain:
+                    walked.append(r)
+                    versions = named.get(r.checkpoint_id, {})
+                    for ch in [ch for ch in looking if (ch, versions.get(ch)) in held]:
+                        seeds[(r.checkpoint_id, ch)] = versions[ch]
+                        looking.discard(ch)
+                    looking -= {ch for ch in looking if versions.get(ch) == ""}  # inline
+                    if not looking:
+                        break
+                walked_ids = [r.checkpoint_id for r in walked]
+                writes: dict[str, list[Any]] = {cid: [] for cid in walked_ids}
+                # the ids of one path sort by time: a range (a branch's ids in it are
+                # read and left out), one statement text whatever the count
+                rows = await conn.execute(
+                    select(w.c.checkpoint_id, w.c.task_id, w.c.channel, w.c.type, w.c.value)
+                    .where(
+                        w.c.thread_id == ids.thread_id,
+                        w.c.checkpoint_ns == ns,
+                        w.c.checkpoint_id.between(min(walked_ids), max(walked_ids)),
+                        w.c.channel.in_(sorted(remaining)),
+                    )
+                    .order_by(w.c.checkpoint_id, w.c.task_path, w.c.task_id, w.c.idx)
+                )
+                for row in rows:
+                    if row.checkpoint_id in writes:
+                        writes[row.checkpoint_id].append(row)
+                wanted = sorted({(ch, v) for (_, ch), v in seeds.items()})
+                values: dict[str, dict[str, Stored]] = {}
+                if wanted:
+                    keys = select(b.c.channel, b.c.version, b.c.base).where(
+                        b.c.thread_id == ids.thread_id,
+                        b.c.checkpoint_ns == ns,
+                        tuple_(b.c.channel, b.c.version).in_(wanted),
+                    )
+                    for r in await conn.execute(_chain(store, ids.thread_id, ns, keys)):
+                        values.setdefault(r.channel, {})[r.version] = Stored(
+                            r.type, bytes(r.blob), r.base, r.splice, r.skip, r.uid
+                        )
+                inline_rows = {}
+                if inline:
+                    found = await conn.execute(
+                        select(c.c.checkpoint_id, c.c.type, c.c.checkpoint).where(
+                            c.c.thread_id == ids.thread_id,
+                            c.c.checkpoint_ns == ns,
+                            c.c.checkpoint_id.in_([i for i in inline if i in walked_ids]),
+                        )
+                    )
+                    inline_rows = {r.checkpoint_id: r for r in found}
+                for r in walked:
+                    held_here = {
+                        ch: version
+                        for (cid, ch), version in seeds.items()
+                        if cid == r.checkpoint_id
+                    }
+                    steps.append(
+                        (
+                            r.checkpoint_id,
+                            writes[r.checkpoint_id],
+                            self._rebuilt(ids.thread_id, ns, held_here, values, learn=False),
+                            inline_rows.get(r.checkpoint_id),
+                        )
+                    )
+                    remaining -= set(held_here)
+                if len(walked) < len(chain) or not remaining:
+                    break
+                start = chain[-1].checkpoint_id
+                first = True
+        return steps
+
+    async def _walk(
+        self, conn: Any, thread_id: Any, thread: Any, ns: str, start: str, *, skip: bool
+    ) -> list[Any]:
+        """Up to :data:`_WALK` ancestors of ``start`` (its parent first; ``start`` itself
+        too unless ``skip``), with their ``versions``, in ONE query: each step looks its
+        parent up by the whole primary key (on PostgreSQL a lateral with LIMIT 1, so
+        no plan scans the namespace per step however stale the statistics)."""
+        c = self._store.tables.lg_checkpoints
+        columns = (c.c.checkpoint_id, c.c.parent_checkpoint_id, c.c.versions)
+        chain = (
+            select(*columns, literal(0).label("depth"))
+            .where(c.c.thread_id == thread, c.c.checkpoint_ns == ns, c.c.checkpoint_id == start)
+            .cte("walk", recursive=True)
+        )
+        parent = _by_key(
+            self._store,
+            c,
+            (c.c.thread_id == thread_id, c.c.checkpoint_ns == ns),
+            c.c.checkpoint_id == chain.c.parent_checkpoint_id,
+            ["checkpoint_id", "parent_checkpoint_id", "versions"],
+            "parent",
+        )
         chain = chain.union_all(
-            select(step.c.checkpoint_id, step.c.parent_checkpoint_id, chain.c.depth + 1).where(
-                step.c.thread_id == ids.thread_id,
-                step.c.checkpoint_ns == ns,
-                step.c.checkpoint_id == chain.c.parent_checkpoint_id,
-            )
+            select(*parent.columns, chain.c.depth + 1)
+            .select_from(chain)
+            .join(parent.source, parent.on)
+            .where(chain.c.depth < _WALK)
         )
-        rows = await store.read(
-            select(chain.c.checkpoint_id).where(chain.c.depth > 0).order_by(chain.c.depth)
+        rows = await conn.execute(
+            select(chain.c.checkpoint_id, chain.c.versions)
+            .where(chain.c.depth > (0 if skip else -1))
+            .order_by(chain.c.depth)
         )
-        return [row.checkpoint_id for row in rows]
+        return list(rows)
 
     async def delete_runs(self, config: dict[str, Any], run_ids: list[str]) -> int:
         """Delete the checkpoints (and their writes) whose metadata names one of

@@ -23,10 +23,10 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Table, bindparam, create_engine, event, insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -39,6 +39,8 @@ from sqlalchemy.sql.expression import Executable
 from ..loops import CrossLoopLock
 from .base import Backend, Head, HeadWrite, StateWrite, timeout_ms
 from .driver import DriverStatement
+
+_T = TypeVar("_T")
 
 __all__ = ["MemoryBackend", "SqliteBackend", "is_memory"]
 
@@ -155,6 +157,10 @@ class HotPath:
         _set_pragmas_on_connect(self.engine, self.SLICE)
         self._pools: dict[str, ThreadPoolExecutor] = {}
         self._pools_lock = threading.Lock()
+        # This process's writers take turns here, woken at once when the turn frees,
+        # rather than in SQLite's busy wait (which sleeps 1, 2, 5, 10... ms between
+        # looks); another process's writer is still waited for by SQLite.
+        self._turn = threading.Lock()
         self._sent = sent
         dialect = self.engine.dialect
         t, s, m = sql.tables.threads, sql.tables.states, sql.tables.messages
@@ -206,12 +212,47 @@ class HotPath:
         return head
 
     async def commit_in_thread(self, write: HeadWrite) -> Head | None:
-        """:meth:`commit` in a writer thread: one hop. A cancelled caller stops the
+        """:meth:`commit` in a writer thread: one hop (see :meth:`write_in_thread`)."""
+        return await self.write_in_thread(lambda cursor: self._commit(cursor, write))
+
+    async def read_in_thread_with(self, work: Callable[[Any], _T]) -> _T:
+        """``work(cursor)`` in a reader thread, in one read transaction (one snapshot):
+        one hop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool("read"), self.read_with, work)
+
+    def read_with(self, work: Callable[[Any], _T]) -> _T:
+        """``work(cursor)`` in a read transaction; the rare busy moment is waited out in
+        slices up to ``lock_timeout``."""
+        deadline = None if self.lock_timeout is None else time.monotonic() + self.lock_timeout
+        while True:
+            connection = self.engine.raw_connection()
+            try:
+                cursor = connection.cursor()
+                self._sent("BEGIN")
+                cursor.execute("BEGIN")
+                try:
+                    return work(cursor)
+                finally:
+                    cursor.execute("ROLLBACK")  # it wrote nothing: ends the snapshot
+                    cursor.close()
+            except sqlite3.OperationalError as exc:
+                code = getattr(exc, "sqlite_errorcode", None)
+                busy = isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+                if not busy or (deadline is not None and time.monotonic() >= deadline):
+                    raise
+            finally:
+                connection.close()
+
+    async def write_in_thread(self, work: Callable[[Any], _T | None]) -> _T | None:
+        """``work(cursor)`` under the write lock (``BEGIN IMMEDIATE``) in a writer
+        thread: one hop. It commits what ``work`` did when it returns a value, and
+        rolls back when it returns None or raises. A cancelled caller stops the
         write (it rolls back unless it had committed already) and waits for the
         thread to finish, so nothing commits after the call has ended."""
         ticket = _Ticket()
-        done = asyncio.get_running_loop().run_in_executor(
-            self._pool("write"), self.commit, write, ticket
+        done: asyncio.Future[_T | None] = asyncio.get_running_loop().run_in_executor(
+            self._pool("write"), functools.partial(self.write, work, ticket)
         )
         try:
             return await asyncio.shield(done)
@@ -249,21 +290,30 @@ class HotPath:
         return None if row is None else Head(row[0], row[1], user_id, row[2])
 
     def commit(self, write: HeadWrite, ticket: _Ticket | None = None) -> Head | None:
+        """The common state write (see :class:`HeadWrite`) under the write lock."""
+        return self.write(lambda cursor: self._commit(cursor, write), ticket)
+
+    def write(self, work: Callable[[Any], _T | None], ticket: _Ticket | None = None) -> _T | None:
+        """``work(cursor)`` under the write lock: committed when it returns a value."""
         connection = self.engine.raw_connection()
         driver = connection.driver_connection
         assert driver is not None
         ticket = ticket or _Ticket()
         ticket.connection = driver
+        turn = False
         try:
             if ticket.cancelled:
                 return None
+            turn = self._take_turn(ticket)
+            if not turn:
+                return None  # the caller is gone: nothing was written
             cursor = connection.cursor()
             if not self._begin(cursor, ticket):
                 return None  # the caller is gone: nothing was written
             try:
-                head = self._commit(cursor, write)
+                result = work(cursor)
                 if ticket.cancelled:  # the caller is gone: never commit after it
-                    head = None
+                    result = None
             except BaseException:
                 ticket.connection = None  # nothing to interrupt in the rollback
                 if driver.in_transaction:
@@ -271,13 +321,40 @@ class HotPath:
                     cursor.execute("ROLLBACK")
                 raise
             ticket.connection = None
-            self._sent("COMMIT" if head is not None else "ROLLBACK")
-            cursor.execute("COMMIT" if head is not None else "ROLLBACK")
+            self._sent("COMMIT" if result is not None else "ROLLBACK")
+            cursor.execute("COMMIT" if result is not None else "ROLLBACK")
             cursor.close()
-            return head
+            return result
         finally:
             ticket.connection = None
+            if turn:
+                self._turn.release()
             connection.close()
+
+    def _take_turn(self, ticket: _Ticket) -> bool:
+        """This process's turn to write, waited for up to ``lock_timeout`` (then
+        LockTimeout, as SQLite's own wait would end); False when the caller is gone."""
+        deadline = None if self.lock_timeout is None else time.monotonic() + self.lock_timeout
+        while not self._turn.acquire(timeout=self.SLICE):
+            if ticket.cancelled:
+                return False
+            if deadline is not None and time.monotonic() >= deadline:
+                busy = sqlite3.OperationalError("database is locked (by a writer of this process)")
+                busy.sqlite_errorcode = _SQLITE_BUSY  # type: ignore[attr-defined]  # as SQLite's
+                raise busy
+        return True
+
+    def execute(self, cursor: Any, stmt: DriverStatement, values: Mapping[str, Any]) -> Any:
+        """One compiled statement on a cursor of :meth:`write` or :meth:`read_with`."""
+        self._sent(stmt.sql)
+        return cursor.execute(stmt.sql, stmt.args(values))
+
+    def execute_many(
+        self, cursor: Any, stmt: DriverStatement, rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """One compiled statement for each of ``rows``."""
+        self._sent(stmt.sql)
+        cursor.executemany(stmt.sql, [stmt.args(row) for row in rows])
 
     def _begin(self, cursor: Any, ticket: _Ticket) -> bool:
         """BEGIN IMMEDIATE, waiting for the write lock up to ``lock_timeout`` in slices;
@@ -361,6 +438,29 @@ class SqliteBackend(Backend):
         except sqlite3.Error as exc:
             raise self._driver_error(exc) from exc
         return result
+
+    @property
+    def hot_path(self) -> HotPath | None:
+        """The file's driver-level path (None for a database of another kind: an
+        engine given by the caller, the in-memory database)."""
+        return self._hot
+
+    async def write_in_thread(self, work: Callable[[Any], _T | None]) -> _T | None:
+        """``work(cursor)`` under the write lock in one thread hop (see
+        :meth:`HotPath.write_in_thread`), driver errors as tenxstore's."""
+        assert self._hot is not None
+        try:
+            return await self._hot.write_in_thread(work)
+        except sqlite3.Error as exc:
+            raise self._driver_error(exc) from exc
+
+    async def read_in_thread(self, work: Callable[[Any], _T]) -> _T:
+        """``work(cursor)`` in one read transaction, in one thread hop."""
+        assert self._hot is not None
+        try:
+            return await self._hot.read_in_thread_with(work)
+        except sqlite3.Error as exc:
+            raise self._driver_error(exc) from exc
 
     def _driver_error(self, exc: sqlite3.Error) -> Exception:
         code = getattr(exc, "sqlite_errorcode", None)

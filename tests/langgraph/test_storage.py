@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -114,6 +114,35 @@ async def test_a_list_that_grows_is_stored_as_what_it_gained(sql_backend: Backen
     assert sum(r.base is not None for r in rows) > len(rows) // 2
     # stored whole at every version it would be ~60 times the last value
     assert sum(len(r.blob) for r in rows) < 6 * whole
+
+
+async def test_a_none_value_is_kept_in_its_checkpoint(sql_backend: Backend) -> None:
+    """A None value (a branch channel's, a cleared field) is kept inline in its
+    checkpoint, not as a row of its own; every state reads back as written."""
+
+    class Note(TypedDict):
+        note: str | None
+        count: int
+
+    def step(state: Note) -> dict[str, Any]:
+        count = state.get("count", 0) + 1
+        return {"note": None if count % 2 else f"note {count}", "count": count}
+
+    cp = await sql_backend.make(enforce_user_isolation=False)
+    graph = StateGraph(Note).add_node("step", step).add_edge(START, "step")
+    compiled = graph.add_edge("step", END).compile(checkpointer=TenxCheckpointSaver(cp))
+    seen = []
+    for _ in range(4):
+        seen.append(await compiled.ainvoke({"note": "in"}, run()))
+    assert seen[-1] == {"note": "note 4", "count": 4}
+    history = [s.values async for s in compiled.aget_state_history(run())]
+    assert {"note": None, "count": 3} in history and {"note": "note 2", "count": 2} in history
+    async with cp.engine.connect() as conn:
+        found = await conn.execute(
+            text(f"SELECT type, blob FROM {blobs_table(sql_backend)} WHERE channel = 'note'")
+        )
+        kinds = [JsonPlusSerializer().loads_typed((r.type, bytes(r.blob))) for r in found]
+    assert None not in kinds and "note 4" in kinds
 
 
 async def test_a_delta_is_written_only_on_the_row_it_was_made_from(
