@@ -14,8 +14,8 @@ from typing import Any
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .deltas import Stored, rebuild
-from .errors import ConfigError, ImportConflict
+from .deltas import BrokenChain, Stored, rebuild
+from .errors import ConfigError, ImportConflict, SerializationError
 from .langgraph_tables import run_id_of
 from .serde import decode, encode, encode_state
 from .statements import snapshot_of, thread_info, tool_execution, utc
@@ -452,12 +452,25 @@ def _lg_write(thread_id: Any, i: int, w: Any) -> dict[str, Any]:
 
 def _whole_blobs(rows: list[Any]) -> tuple[LangGraphBlob, ...]:
     """``lg_blobs`` rows as whole values: a delta is rebuilt from its chain (an export
-    holds every value whole, readable by any release and database)."""
+    holds every value whole, readable by any release and database).
+
+    Raises:
+        SerializationError: A delta's chain is broken (a damaged database).
+    """
     chains: dict[tuple[str, str], dict[str, Stored]] = {}
     for r in rows:
         chains.setdefault((r.checkpoint_ns, r.channel), {})[r.version] = Stored(
             r.type, bytes(r.blob), r.base, r.splice, r.skip, r.uid
         )
+    try:
+        return _rebuilt_blobs(rows, chains)
+    except BrokenChain as exc:
+        raise SerializationError(f"a LangGraph value cannot be rebuilt: {exc}") from exc
+
+
+def _rebuilt_blobs(
+    rows: list[Any], chains: dict[tuple[str, str], dict[str, Stored]]
+) -> tuple[LangGraphBlob, ...]:
     return tuple(
         LangGraphBlob(
             r.checkpoint_ns,

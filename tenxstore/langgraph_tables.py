@@ -31,11 +31,12 @@ from sqlalchemy import (
     tuple_,
     update,
 )
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.util import ClauseAdapter
 
 from .config import RunIds, recorded_incarnation
-from .deltas import Base, Bases, BlobWrite, BrokenChain, Stored, blob_write, rebuild
-from .errors import ConnectionLost, LockTimeout, SerializationError, StaleStateError
+from .deltas import MAX_DEPTH, Base, Bases, BlobWrite, BrokenChain, Stored, blob_write, rebuild
+from .errors import SerializationError, StaleStateError, TenxStoreError
 from .serde import decode, encode
 from .store import Store
 
@@ -44,6 +45,7 @@ __all__ = ["KEY", "LangGraphTables", "Values", "needed", "run_id_of"]
 _BATCH = 500  # checkpoints whose writes are read (or deleted) in one statement
 _WALK = 256  # ancestors walked per query for a DeltaChannel history
 KEY = 255  # the longest channel name and version lg_blobs keys hold
+_LONGEST = 4 * MAX_DEPTH  # a value chain read is cut here (rebuild then says it is broken)
 _REMEMBERED = 4096  # namespaces whose last prune this process remembers
 INTERRUPT = "__interrupt__"  # LangGraph's channel of a pending interrupt
 NS_SEP, NS_END = "|", ":"  # LangGraph's namespace separators (subgraph | node:task)
@@ -475,7 +477,7 @@ class _OneStatement:
 
             first = blob(pairs.c.key, pairs.c.value, "first")
             chain = (
-                select(*(first.c[column] for column in _BLOB_COLUMNS))
+                select(*(first.c[column] for column in _BLOB_COLUMNS), literal(0).label("depth"))
                 .select_from(cp)
                 .join(pairs, true())
                 .join(first, true())
@@ -483,9 +485,10 @@ class _OneStatement:
             )
             following = blob(chain.c.channel, chain.c.base, "following")
             chain = chain.union_all(
-                select(*(following.c[column] for column in _BLOB_COLUMNS))
+                select(*(following.c[column] for column in _BLOB_COLUMNS), chain.c.depth + 1)
                 .select_from(chain)
                 .join(following, true())
+                .where(chain.c.depth < _LONGEST)  # a damaged table's cycle ends here
             )
             values = (
                 select(
@@ -642,10 +645,11 @@ class _OneHop:
             and_(b.c.channel == pairs.c.key, b.c.version == pairs.c.value),
         )
         first = first.where(b.c.thread_id == thread, b.c.checkpoint_ns == ns)
-        chain = first.cte("chain", recursive=True)
+        chain = first.add_columns(literal(0).label("depth")).cte("chain", recursive=True)
         step = b.alias("step")
         chain = chain.union_all(
-            select(*(step.c[name] for name in _BLOB_COLUMNS)).join(
+            select(*(step.c[name] for name in _BLOB_COLUMNS), chain.c.depth + 1)
+            .join(
                 chain,
                 and_(
                     step.c.thread_id == thread,
@@ -654,6 +658,7 @@ class _OneHop:
                     step.c.version == chain.c.base,
                 ),
             )
+            .where(chain.c.depth < _LONGEST)  # a damaged table's cycle ends here
         )
         self.chain = compiled(select(*(chain.c[name] for name in _BLOB_COLUMNS)))
 
@@ -766,6 +771,8 @@ class LangGraphTables:
         self._kept: OrderedDict[tuple[Any, str], int] = OrderedDict()
         # (thread, namespace) -> puts in this process (a count, for the looks)
         self._puts: dict[tuple[Any, str], int] = {}
+        # namespaces a one-statement put found due for pruning (the next put prunes)
+        self._due: set[tuple[Any, str]] = set()
         # (thread, namespace, channel) -> the value a next version may be a delta of
         self._bases = Bases()
         self._one: _OneStatement | _OneHop | None = None
@@ -849,6 +856,9 @@ class LangGraphTables:
         self._puts[key] = puts + 1
         if self._store.store_id is None:
             await self._store.ensure_ready()
+        if key in self._due and limit is not None:
+            self._due.discard(key)
+            await self._prune_due(ids.thread_id, ns, limit)
         blobs = self._blob_writes(ids.thread_id, ns, values)
         one = self._one_statement()
         if one is not None and parent_id is not None and values is not None:
@@ -859,7 +869,9 @@ class LangGraphTables:
             if done is not None:
                 self._learn(ids.thread_id, ns, blobs)
                 if limit is not None and done[1] is not None:
-                    await self._prune_after(ids.thread_id, ns, limit)
+                    if len(self._due) >= _REMEMBERED:
+                        self._due.clear()  # bounded: those are looked at again later
+                    self._due.add(key)  # by the next put, before it writes
                 return done[0]
         async with self._store.write(ids.thread_id) as (conn, locked):
             self._same_life(config, ids, locked, parent_id)
@@ -894,7 +906,10 @@ class LangGraphTables:
                     raise StaleStateError(
                         ids.thread_id, seen_head or parent_id, newest or "(none)", replaced=gone
                     )
-            head = newest is None or checkpoint_id >= newest
+            # a new newest checkpoint takes the mark; a checkpoint put again (or an
+            # older one) leaves none where it replaced or deleted values, so a
+            # one-statement put whose snapshot predates this one writes nothing
+            head = newest is None or checkpoint_id > newest
             await conn.execute(
                 self._sql.put_checkpoint,
                 {
@@ -924,11 +939,14 @@ class LangGraphTables:
                     .values(is_head=False)
                 )
             if values is not None:
-                blobs = await self._put_values(conn, ids.thread_id, ns, values, blobs)
+                blobs, replaced = await self._put_values(conn, ids.thread_id, ns, values, blobs)
+                if replaced and not head:
+                    await self._unmark(conn, ids.thread_id, ns)
             if limit is not None and beyond is not None:  # grown by half the limit since
-                # (its old head's mark is gone already: a put racing this one fails)
+                # (with the mark moved to this put, the old head's is gone already: a put
+                # racing this one fails)
                 kept, pruned = await self._prune_namespace(
-                    conn, ids.thread_id, ns, limit, unmark=False
+                    conn, ids.thread_id, ns, limit, unmark=not head
                 )
                 # Nothing to prune (a DeltaChannel graph's namespace, kept whole): look
                 # again when it has doubled, so the looks cost O(1) per put.
@@ -992,25 +1010,27 @@ class LangGraphTables:
             },
         )
 
-    async def _prune_after(self, thread_id: Any, ns: str, limit: int) -> None:
-        """Prune a namespace after a one-statement put (in a transaction of its own).
-        The put has committed: a prune that cannot run now (a lock held too long, a
-        lost connection) is left for a later put, which looks again."""
+    async def _prune_due(self, thread_id: Any, ns: str, limit: int) -> None:
+        """Prune a namespace that a one-statement put found grown (in a transaction of
+        its own, before the next put writes: a put that committed never fails, nor is
+        held up, by housekeeping). A prune that cannot run now (a lock held too long, a
+        lost connection, any database error) is left for a later put, which looks
+        again; a cancellation propagates (nothing of this put was written)."""
         try:
             async with self._store.write(thread_id) as (conn, _):
                 kept, pruned = await self._prune_namespace(conn, thread_id, ns, limit)
-        except (LockTimeout, ConnectionLost):
+        except (TenxStoreError, DBAPIError):
             return
         self._remember((thread_id, ns), kept if pruned else 2 * kept)
 
     async def _put_values(
         self, conn: Any, thread_id: Any, ns: str, values: Values, fresh: list[BlobWrite]
-    ) -> list[BlobWrite]:
+    ) -> tuple[list[BlobWrite], bool]:
         """Store a checkpoint's new values (``fresh``: a delta whose base is no longer
         there is written whole), and those of its other versions that are not stored
         yet (a run that goes on from a checkpoint written before 0005); what was
-        written of ``fresh``. A version stored already is replaced (a checkpoint put
-        again with other values reads them)."""
+        written of ``fresh``, and whether a stored value was replaced (a version
+        stored already is: a checkpoint put again with other values reads them)."""
         b = self._store.tables.lg_blobs
         here = (b.c.thread_id == thread_id, b.c.checkpoint_ns == ns)
         older = [(ch, v) for ch, v in values.versions.items() if ch in values.stored - values.new]
@@ -1063,7 +1083,16 @@ class LangGraphTables:
         ]
         if rows:  # one statement for all
             await conn.execute(self._sql.put_blob, rows)
-        return fresh
+        return fresh, bool(replaced)
+
+    async def _unmark(self, conn: Any, thread_id: Any, ns: str) -> None:
+        """Take the head mark away in a namespace: the next put takes the locked path."""
+        c = self._store.tables.lg_checkpoints
+        await conn.execute(
+            update(c)
+            .where(c.c.thread_id == thread_id, c.c.checkpoint_ns == ns, c.c.is_head.is_(True))
+            .values(is_head=False)
+        )
 
     async def _unbase(
         self, conn: Any, thread_id: Any, ns: str, replaced: list[tuple[str, str]]
@@ -1165,15 +1194,7 @@ class LangGraphTables:
                 )
         if doomed:
             if unmark:
-                await conn.execute(
-                    update(c)
-                    .where(
-                        c.c.thread_id == thread_id,
-                        c.c.checkpoint_ns == ns,
-                        c.c.is_head.is_(True),
-                    )
-                    .values(is_head=False)
-                )
+                await self._unmark(conn, thread_id, ns)
             await self._collect(conn, thread_id, ns)
 
     async def _collect(self, conn: Any, thread_id: Any, ns: str) -> None:
@@ -1475,7 +1496,7 @@ class LangGraphTables:
                     f"{version} cannot be rebuilt: {exc}"
                 ) from exc
             values[channel] = (kind, data)
-            if learn:
+            if learn and rows[version].uid:  # uid 0: migrated or imported, not unique
                 base = Base(version, rows[version].uid, kind, data, depth, tails)
                 self._bases.put((thread_id, ns, channel), base)
         return values

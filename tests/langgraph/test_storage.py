@@ -10,6 +10,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any, TypedDict
 
+import asyncpg
 import pytest
 
 pytest.importorskip("langgraph.graph", reason="the langgraph extra is not installed")
@@ -26,7 +27,7 @@ import tenxstore
 from tenxstore import AuthPolicy, SerializationError, migrate
 from tenxstore.deltas import MAX_DEPTH, Stored, blob_write, delta, rebuild
 from tenxstore.langgraph import TenxCheckpointSaver
-from tests.conftest import Backend
+from tests.conftest import Backend, backend_for
 
 
 def chat(saver: Any) -> Any:
@@ -193,6 +194,77 @@ async def test_a_delta_is_written_only_on_the_row_it_was_made_from(
     for reader in (first, second, Counting(await sql_backend.make(), auth_policy=operator)):
         state = await chat(reader).aget_state(run())
         assert [m.content for m in state.values["messages"]] == expected
+
+
+async def waiting_for_a_lock(pg_url: str, count: int) -> None:
+    """Until ``count`` sessions wait for a lock (polled; no sleeps)."""
+    conn = await asyncpg.connect(pg_url)
+    try:
+        while True:
+            waiting = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            )
+            if waiting >= count:
+                return
+            await asyncio.sleep(0)  # let the other tasks run
+    finally:
+        await conn.close()
+
+
+async def test_a_put_again_racing_a_one_statement_child_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    """The head C is put again on the locked path with other messages at the same
+    version V, while another process puts C's child D as a delta on V in one
+    statement, whose snapshot predates the put-again (its thread lock wait ends after
+    it). The put-again takes C's mark away: D is not written on V's old bytes (it
+    takes the locked path, which sees V's new row), and D reads back as written."""
+    async with backend_for("postgresql", tmp_path) as pg:
+        assert pg.url is not None and pg.schema is not None
+        first = TenxCheckpointSaver(await pg.make(enforce_user_isolation=False))
+        second = TenxCheckpointSaver(await pg.make(enforce_user_isolation=False))
+        for text_ in ("m1", "m2"):
+            await chat(first).ainvoke({"messages": [HumanMessage(text_, id=text_)]}, run())
+        head = await second.aget_tuple(run())  # the second remembers messages@V
+        assert head is not None and head.parent_config is not None
+        c_id = head.checkpoint["id"]
+        version = head.checkpoint["channel_versions"]["messages"]
+        again = copy_checkpoint(head.checkpoint)
+        again["channel_values"]["messages"] = [HumanMessage("other " * 20, id="o1")]
+        parent = head.parent_config["configurable"]["checkpoint_id"]
+        config_again = run(checkpoint_id=parent, _checkpoint_head=c_id)
+        child = copy_checkpoint(head.checkpoint)
+        child["id"] = str(uuid6(clock_seq=-2))
+        written = [*head.checkpoint["channel_values"]["messages"], HumanMessage("d", id="d")]
+        child["channel_values"]["messages"] = written
+        child_version = second.get_next_version(version)
+        child["channel_versions"]["messages"] = child_version
+        holder = await asyncpg.connect(pg.url)
+        try:
+            hold = holder.transaction()
+            await hold.start()
+            await holder.execute(
+                f'SELECT 1 FROM "{pg.schema}".lg_checkpoints WHERE checkpoint_id = $1 FOR UPDATE',
+                c_id,
+            )
+            put_again = asyncio.create_task(
+                first.aput(config_again, again, head.metadata, {"messages": version})
+            )
+            await waiting_for_a_lock(pg.url, 1)  # it holds the thread, waits for row C
+            put_child = asyncio.create_task(
+                second.aput(
+                    head.config, child, {"source": "loop", "step": 9}, {"messages": child_version}
+                )
+            )
+            await waiting_for_a_lock(pg.url, 2)  # its snapshot taken, it waits too
+            await hold.rollback()
+        finally:
+            await holder.close()
+        await asyncio.gather(put_again, put_child, return_exceptions=True)
+        reader = TenxCheckpointSaver(await pg.make(enforce_user_isolation=False))
+        found = await reader.aget_tuple(run(checkpoint_id=child["id"]))
+        if found is not None:  # it committed: as written
+            assert found.checkpoint["channel_values"]["messages"] == written
 
 
 async def test_a_damaged_chain_is_an_error_not_a_wrong_value(sql_backend: Backend) -> None:
