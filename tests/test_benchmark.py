@@ -71,3 +71,10 @@ def test_langgraph_chat_smoke(tmp_path: Path) -> None:
     )
     assert out.stat().st_size > 100
     assert (tmp_path / "lg.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("saver", ["memory", "pg", "sqlite"])
+def test_langgraph_turn_smoke(saver: str) -> None:
+    """Where a turn goes: one saver alone (and its profile)."""
+    run_benchmark("langgraph_turn.py", saver, "--turns", "3", "--profile")
