@@ -1034,25 +1034,18 @@ class LangGraphTables:
         b = self._store.tables.lg_blobs
         here = (b.c.thread_id == thread_id, b.c.checkpoint_ns == ns)
         older = [(ch, v) for ch, v in values.versions.items() if ch in values.stored - values.new]
-        stored: set[tuple[str, str]] = set()
-        for start in range(0, len(older), _BATCH):
-            found = await conn.execute(
-                select(b.c.channel, b.c.version).where(
-                    *here, tuple_(b.c.channel, b.c.version).in_(older[start : start + _BATCH])
-                )
-            )
-            stored.update((r.channel, r.version) for r in found)
         bases = [(bw.channel, bw.base.version) for bw in fresh if bw.base is not None]
         keys = [(bw.channel, bw.version) for bw in fresh]
+        wanted = sorted(set(older + bases + keys))
         there: set[tuple[str, str, int]] = set()
-        for start in range(0, len(bases + keys), _BATCH):  # under the thread's lock
+        for start in range(0, len(wanted), _BATCH):  # under the thread's lock
             found = await conn.execute(
                 select(b.c.channel, b.c.version, b.c.uid).where(
-                    *here,
-                    tuple_(b.c.channel, b.c.version).in_((bases + keys)[start : start + _BATCH]),
+                    *here, tuple_(b.c.channel, b.c.version).in_(wanted[start : start + _BATCH])
                 )
             )
             there.update((r.channel, r.version, r.uid) for r in found)
+        stored = {(channel, version) for channel, version, _ in there}
         # a delta is written on its base only if that very row is still there
         fresh = [
             bw
@@ -1060,7 +1053,7 @@ class LangGraphTables:
             else bw.as_whole()
             for bw in fresh
         ]
-        replaced = {(channel, version) for channel, version, _ in there} & set(keys)
+        replaced = stored & set(keys)
         if replaced:  # a checkpoint put again: what rests on its values is made whole
             await self._unbase(conn, thread_id, ns, sorted(replaced))
         unstored = [

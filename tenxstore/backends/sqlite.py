@@ -222,19 +222,30 @@ class HotPath:
         return await loop.run_in_executor(self._pool("read"), self.read_with, work)
 
     def read_with(self, work: Callable[[Any], _T]) -> _T:
-        """``work(cursor)`` in a read transaction; the rare busy moment is waited out in
-        slices up to ``lock_timeout``."""
+        """``work(cursor)`` in a read transaction (see :meth:`_reading`)."""
+
+        def in_snapshot(cursor: Any) -> _T:
+            self._sent("BEGIN")
+            cursor.execute("BEGIN")
+            try:
+                return work(cursor)
+            finally:
+                cursor.execute("ROLLBACK")  # it wrote nothing: ends the snapshot
+
+        return self._reading(in_snapshot)
+
+    def _reading(self, work: Callable[[Any], _T]) -> _T:
+        """``work(cursor)`` on a pooled connection. A WAL read never waits for the write
+        lock; the rare busy moment (a checkpoint, a recovery) is waited out in slices up
+        to ``lock_timeout``."""
         deadline = None if self.lock_timeout is None else time.monotonic() + self.lock_timeout
         while True:
             connection = self.engine.raw_connection()
             try:
                 cursor = connection.cursor()
-                self._sent("BEGIN")
-                cursor.execute("BEGIN")
                 try:
                     return work(cursor)
                 finally:
-                    cursor.execute("ROLLBACK")  # it wrote nothing: ends the snapshot
                     cursor.close()
             except sqlite3.OperationalError as exc:
                 code = getattr(exc, "sqlite_errorcode", None)
@@ -263,30 +274,11 @@ class HotPath:
                     await asyncio.shield(done)
             raise
 
-    def _execute(self, cursor: Any, stmt: DriverStatement, values: dict[str, Any]) -> Any:
-        self._sent(stmt.sql)
-        return cursor.execute(stmt.sql, stmt.args(values))
-
     def read(self, thread_id: Any, user_id: Any) -> Head | None:
-        """A WAL read never waits for the write lock; the rare busy moment (a
-        checkpoint, a recovery) is waited out in slices up to ``lock_timeout``."""
-        deadline = None if self.lock_timeout is None else time.monotonic() + self.lock_timeout
+        """The head of a thread (as its caller may see it), or None (see :meth:`_reading`)."""
         values = {"b_thread": thread_id, "b_user": user_id}
         stmt = self.read_any if user_id is None else self.read_own
-        while True:
-            connection = self.engine.raw_connection()
-            try:
-                cursor = connection.cursor()
-                row = self._execute(cursor, stmt, values).fetchone()
-                cursor.close()
-                break
-            except sqlite3.OperationalError as exc:
-                code = getattr(exc, "sqlite_errorcode", None)
-                busy = isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
-                if not busy or (deadline is not None and time.monotonic() >= deadline):
-                    raise
-            finally:
-                connection.close()
+        row = self._reading(lambda cursor: self.execute(cursor, stmt, values).fetchone())
         return None if row is None else Head(row[0], row[1], user_id, row[2])
 
     def commit(self, write: HeadWrite, ticket: _Ticket | None = None) -> Head | None:
@@ -376,7 +368,7 @@ class HotPath:
     def _commit(self, cursor: Any, w: HeadWrite) -> Head | None:
         """Under the write lock: the common case only (see :class:`HeadWrite`)."""
         values: dict[str, Any] = {"b_thread": w.thread_id, "b_now": w.now}
-        row = self._execute(cursor, self.lock, values).fetchone()
+        row = self.execute(cursor, self.lock, values).fetchone()
         if (
             row is None
             or (w.user_id is not None and row[0] != w.user_id)
@@ -386,14 +378,14 @@ class HotPath:
             return None
         version = row[1] + 1
         values.update(b_version=version, b_state=w.state, b_meta=w.meta)
-        self._execute(cursor, self.insert_state, values)
+        self.execute(cursor, self.insert_state, values)
         if w.messages:
             self._sent(self.insert_message.sql)
             stmt = self.insert_message
             cursor.executemany(stmt.sql, [stmt.args({**values, **m}) for m in w.messages])
-        self._execute(cursor, self.bump, values)
+        self.execute(cursor, self.bump, values)
         if version > w.history_limit:
-            self._execute(cursor, self.prune, {**values, "b_upto": version - w.history_limit})
+            self.execute(cursor, self.prune, {**values, "b_upto": version - w.history_limit})
         return Head(version, row[2], row[0], None)
 
     def close(self) -> None:
