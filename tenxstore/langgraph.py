@@ -76,6 +76,16 @@ _FOUND_EMPTY: ContextVar[frozenset[tuple[int, Any, str]]] = ContextVar(
 it empty still (LangGraph writes it from a task that inherits this context)."""
 
 
+def restore_versions(checkpoint: Checkpoint, versions: str | None) -> None:
+    """Put back into a stored checkpoint the channel versions its row's ``versions``
+    names (a put leaves them out of the blob); ``""`` marks a value kept inline, whose
+    version the blob holds. Rows written before that kept every version in the blob."""
+    if versions is None:
+        return
+    named = {ch: v for ch, v in decode(versions).items() if v != ""}
+    checkpoint["channel_versions"] = {**named, **checkpoint["channel_versions"]}
+
+
 def _configurable(config: RunnableConfig | None) -> dict[str, Any]:
     return dict((config or {}).get("configurable") or {})
 
@@ -222,7 +232,16 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             if len(ch) <= KEY and len(str(v)) <= KEY
         }
         inline = {ch: v for ch, v in channel_values.items() if versions.get(ch, "") == ""}
-        typed = self.serde.dumps_typed({**checkpoint, "channel_values": inline})
+        # A version the row's ``versions`` names exactly is not stored again in the
+        # blob (restored from it on read): ~60 bytes a channel on every checkpoint.
+        kept = {
+            ch: v
+            for ch, v in checkpoint["channel_versions"].items()
+            if not (isinstance(v, str) and versions.get(ch) == v)
+        }
+        typed = self.serde.dumps_typed(
+            {**checkpoint, "channel_values": inline, "channel_versions": kept}
+        )
         values = Values(
             versions=versions,
             stored=frozenset(ch for ch in channel_values if versions.get(ch, "") != ""),
@@ -364,6 +383,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         self, row: Any, writes: list[Any], values: Mapping[str, tuple[str, bytes]]
     ) -> CheckpointTuple:
         checkpoint: Checkpoint = self.serde.loads_typed((row.type, row.checkpoint))
+        restore_versions(checkpoint, row.versions)
         if values:  # kept in lg_blobs (a checkpoint written before 0005 has them inline)
             checkpoint["channel_values"] = {
                 **checkpoint["channel_values"],

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("langgraph.graph", reason="the langgraph extra is not installed")
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage
-from langgraph.checkpoint.base import copy_checkpoint
+from langgraph.checkpoint.base import copy_checkpoint, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -144,6 +144,43 @@ async def test_a_none_value_is_kept_in_its_checkpoint(sql_backend: Backend) -> N
         )
         kinds = [JsonPlusSerializer().loads_typed((r.type, bytes(r.blob))) for r in found]
     assert None not in kinds and "note 4" in kinds
+
+
+async def test_channel_versions_read_back_exactly_and_are_stored_once(
+    sql_backend: Backend,
+) -> None:
+    """A checkpoint's channel versions read back as put — strings, integers, a float,
+    a None value's version, a channel name too long for the table's key — while a
+    version the row's ``versions`` names is not stored again in the checkpoint blob."""
+    cp = await sql_backend.make(enforce_user_isolation=False)
+    saver = TenxCheckpointSaver(cp)
+    long_name = "c" * 300
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"text": "hi", "count": 3, "none": None, long_name: [1]}
+    checkpoint["channel_versions"] = {
+        "text": "00000000000000000000000000000002.0.123",
+        "count": 7,
+        "none": "00000000000000000000000000000004.0.5",
+        long_name: 2.5,
+    }
+    put = await saver.aput(run(), checkpoint, {"source": "input", "step": -1}, {})
+    for reader in (
+        saver,
+        TenxCheckpointSaver(await sql_backend.make(enforce_user_isolation=False)),
+    ):
+        got = await reader.aget_tuple(put)
+        assert got is not None
+        assert got.checkpoint["channel_versions"] == checkpoint["channel_versions"]
+        assert got.checkpoint["channel_values"] == checkpoint["channel_values"]
+    table = blobs_table(sql_backend).replace("lg_blobs", "lg_checkpoints")
+    async with cp.engine.connect() as conn:
+        row = (await conn.execute(text(f"SELECT type, checkpoint FROM {table}"))).one()
+    stored = JsonPlusSerializer().loads_typed((row.type, bytes(row.checkpoint)))
+    assert stored["channel_versions"] == {
+        "count": 7,
+        "none": "00000000000000000000000000000004.0.5",
+        long_name: 2.5,
+    }
 
 
 async def test_a_delta_is_written_only_on_the_row_it_was_made_from(
