@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     and_,
     bindparam,
+    case,
     delete,
     func,
     insert,
@@ -217,6 +218,195 @@ def _chain(store: Store, thread: Any, ns: Any, named: Any) -> Any:
         "value",
     )
     return select(*row.columns).select_from(keys).join(row.source, row.on)
+
+
+_HISTORY_CHANNELS = 8  # a DeltaChannel history of at most this many channels: one statement
+_HISTORY_DEPTH = 4096  # ancestors one statement walks (beyond: batches of _WALK)
+# the columns of a history statement's rows: kind 0 an ancestor, 1 a write, 2 a value
+_HISTORY_COLUMNS = (
+    "kind", "checkpoint_id", "depth", "came", "rest", "versions", "task_id", "channel",
+    "type", "value", "version", "base", "splice", "skip", "uid", "task_path", "idx",
+)  # fmt: skip
+
+
+def _history_statement(store: Store, scoped: bool, count: int) -> Any:
+    """A ``DeltaChannel`` history of ``count`` channels (bound ``ch0``...; ``p0``...
+    their JSON paths on SQLite) from the parent of checkpoint ``id`` (NULL: the
+    namespace's newest) as ONE statement:
+    the ancestors, parent first, walked only as far as the nearest one that holds a
+    stored value of each channel (``came``/``rest``: bit ``i`` set while channel ``i``
+    is still looked for, on arriving at and on leaving the row; ``versions`` on a row
+    where a channel stops), the writes of the walked ancestors to those channels, and
+    the rows of the found values' chains. Each step, write and value is looked up by
+    its whole key."""
+    from sqlalchemy import LargeBinary, Text, cast, exists, literal_column, null, or_, union_all
+    from sqlalchemy.dialects.postgresql import JSONB
+
+    tables = store.tables
+    t, c, w, b = tables.threads, tables.lg_checkpoints, tables.lg_writes, tables.lg_blobs
+    pg = store.backend.dialect == "postgresql"
+    thread = bindparam("t", type_=t.c.thread_id.type)
+    ns = bindparam("ns", type_=String())
+    names = [bindparam(f"ch{i}", type_=String()) for i in range(count)]
+
+    def number(value: int) -> Any:
+        return literal_column(str(value), Integer())
+
+    def version(versions: Any, i: int) -> Any:
+        if pg:
+            return cast(versions, JSONB).op("->>", return_type=String())(names[i])
+        return func.json_extract(versions, bindparam(f"p{i}", type_=String()))
+
+    def holds(versions: Any) -> Any:
+        """Bit i: the row ends the walk of channel i (a stored value, or one kept in
+        the checkpoint itself, which the caller reads the long way)."""
+        total: Any = number(0)
+        for i in range(count):
+            v = version(versions, i)
+            stored = exists().where(
+                b.c.thread_id == thread,
+                b.c.checkpoint_ns == ns,
+                b.c.channel == names[i],
+                b.c.version == v,
+            )
+            held = or_(versions.is_(None), v == "", stored)
+            total = total + case((held, number(1 << i)), else_=number(0))
+        return total
+
+    every = number((1 << count) - 1)
+    here = (c.c.thread_id == thread, c.c.checkpoint_ns == ns)
+    newest = select(func.max(c.c.checkpoint_id)).where(*here).scalar_subquery()
+    start = func.coalesce(bindparam("id", type_=String()), newest)
+    parent_of_start = (
+        select(c.c.parent_checkpoint_id).where(*here, c.c.checkpoint_id == start).scalar_subquery()
+    )
+    visible = t.c.thread_id == thread
+    if scoped:
+        visible = and_(visible, t.c.user_id == bindparam("u", type_=t.c.user_id.type))
+    walk = (
+        select(
+            c.c.checkpoint_id,
+            c.c.parent_checkpoint_id,
+            c.c.versions,
+            number(0).label("depth"),
+            every.label("came"),
+            (every - every.op("&")(holds(c.c.versions))).label("rest"),
+        )
+        .where(*here, c.c.checkpoint_id == parent_of_start, exists().where(visible))
+        .cte("walk", recursive=True)
+    )
+    parent = _by_key(
+        store,
+        c,
+        here,
+        c.c.checkpoint_id == walk.c.parent_checkpoint_id,
+        ["checkpoint_id", "parent_checkpoint_id", "versions"],
+        "parent",
+    )
+    rest = walk.c.rest
+    walk = walk.union_all(
+        select(
+            *parent.columns,
+            walk.c.depth + 1,
+            rest,
+            rest - rest.op("&")(holds(parent.columns[2])),
+        )
+        .select_from(walk)
+        .join(parent.source, parent.on)
+        .where(rest != 0, walk.c.depth < _HISTORY_DEPTH)
+    )
+    found = union_all(
+        *(
+            select(names[i].label("channel"), version(walk.c.versions, i).label("version")).where(
+                walk.c.came.op("&")(number(1 << i)) != 0,
+                walk.c.rest.op("&")(number(1 << i)) == 0,
+            )
+            for i in range(count)
+        )
+    ).cte("found")
+    keys = select(b.c.channel, b.c.version, b.c.base).join(
+        found,
+        and_(
+            b.c.thread_id == thread,
+            b.c.checkpoint_ns == ns,
+            b.c.channel == found.c.channel,
+            b.c.version == found.c.version,
+        ),
+    )
+    chain = _chain(store, thread, ns, keys).subquery("chain")
+    written = (
+        select(w.c.checkpoint_id, w.c.task_id, w.c.channel, w.c.type, w.c.value)
+        .add_columns(w.c.task_path, w.c.idx)
+        .where(
+            w.c.thread_id == thread,
+            w.c.checkpoint_ns == ns,
+            w.c.checkpoint_id == walk.c.checkpoint_id,
+            w.c.channel.in_(names),
+        )
+    )
+    if pg:  # per ancestor, by its key (a plan can't pick a scan of the thread's writes)
+        lateral = written.lateral("written")
+        writes = select(*lateral.c).select_from(walk).join(lateral, true())
+    else:
+        writes = written
+    text_, blob = String(), LargeBinary()
+
+    def nothing(kind: Any) -> Any:
+        return cast(null(), kind)
+
+    ancestors = select(
+        *(
+            column.label(name)
+            for column, name in zip(
+                (
+                    number(0),
+                    walk.c.checkpoint_id,
+                    walk.c.depth,
+                    walk.c.came,
+                    walk.c.rest,
+                    case((walk.c.came != walk.c.rest, walk.c.versions), else_=nothing(Text())),
+                    *(nothing(k) for k in (text_, text_, text_, blob, text_, text_)),
+                    *(nothing(k) for k in (Integer(), Integer(), Integer(), text_, Integer())),
+                ),
+                _HISTORY_COLUMNS,
+                strict=True,
+            )
+        )
+    )
+    w_ = writes.subquery("w")
+    write_rows = select(
+        number(1),
+        w_.c.checkpoint_id,
+        *(nothing(Integer()) for _ in range(3)),
+        nothing(Text()),
+        w_.c.task_id,
+        w_.c.channel,
+        w_.c.type,
+        w_.c.value,
+        *(nothing(k) for k in (text_, text_, Integer(), Integer(), Integer())),
+        w_.c.task_path,
+        w_.c.idx,
+    )
+    value_rows = select(
+        number(2),
+        nothing(text_),
+        *(nothing(Integer()) for _ in range(3)),
+        nothing(Text()),
+        nothing(text_),
+        chain.c.channel,
+        chain.c.type,
+        chain.c.blob,
+        chain.c.version,
+        chain.c.base,
+        chain.c.splice,
+        chain.c.skip,
+        chain.c.uid,
+        nothing(text_),
+        nothing(Integer()),
+    )
+    order: list[Any] = [literal_column(n) for n in ("kind", "depth", "checkpoint_id", "task_path")]
+    order += [literal_column("task_id"), literal_column("idx")]
+    return union_all(ancestors, write_rows, value_rows).order_by(*order)
 
 
 class _OneStatement:
@@ -733,6 +923,12 @@ class _OneHop:
         self._hot.execute_many(cursor, self.new_write, rows)
         return True
 
+    async def fetch(self, stmt: Any, values: dict[str, Any]) -> list[Any]:
+        """The rows of one statement, in one read transaction, in one thread hop."""
+        return await self._backend.read_in_thread(
+            lambda cursor: self._hot.execute(cursor, stmt, values).fetchall()
+        )
+
     async def read(self, scoped: bool, values: dict[str, Any]) -> Mapping[str, Any] | None:
         """As :meth:`_OneStatement.read`."""
         return await self._backend.read_in_thread(lambda cursor: self._read(cursor, scoped, values))
@@ -767,6 +963,7 @@ class LangGraphTables:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._sql = _Statements(store)
+        self._histories: dict[tuple[bool, int], tuple[Any, Any]] = {}
         # (thread, namespace) -> checkpoints its last prune kept (in this process)
         self._kept: OrderedDict[tuple[Any, str], int] = OrderedDict()
         # (thread, namespace) -> puts in this process (a count, for the looks)
@@ -1552,6 +1749,13 @@ class LangGraphTables:
         store = self._store
         c, w, b = store.tables.lg_checkpoints, store.tables.lg_writes, store.tables.lg_blobs
         ids = store.ids(config)
+        asked = sorted(channels)
+        if 0 < len(asked) <= _HISTORY_CHANNELS and all(
+            len(ch) <= KEY and '"' not in ch and "\\" not in ch for ch in asked
+        ):
+            at_once = await self._history_at_once(ids, ns, checkpoint_id, asked)
+            if at_once is not None:
+                return at_once
         thread = store.visible_thread(ids)
         steps: list[tuple[str, list[Any], dict[str, tuple[str, bytes]], Any]] = []
         remaining = set(channels)
@@ -1662,6 +1866,71 @@ class LangGraphTables:
                     break
                 start = chain[-1].checkpoint_id
                 first = True
+        return steps
+
+    async def _history_at_once(
+        self, ids: RunIds, ns: str, checkpoint_id: str | None, channels: list[str]
+    ) -> list[tuple[str, list[Any], dict[str, tuple[str, bytes]], Any]] | None:
+        """:meth:`history` in one statement (one round trip; on a SQLite file one thread
+        hop): None when a channel's walk ends at a value kept in the checkpoint itself
+        (written before 0005, or a None) or goes deeper than one statement walks."""
+        from .backends.driver import DriverStatement
+
+        store = self._store
+        if store.store_id is None:
+            await store.ensure_ready()
+        key = (ids.isolated, len(channels))
+        if key not in self._histories:
+            stmt = _history_statement(store, *key)
+            self._histories[key] = (stmt, DriverStatement(stmt, store.backend.engine.dialect))
+        stmt, driver = self._histories[key]
+        values: dict[str, Any] = {"t": ids.thread_id, "ns": ns, "id": checkpoint_id}
+        values["u"] = ids.user_id
+        for i, channel in enumerate(channels):
+            values[f"ch{i}"], values[f"p{i}"] = channel, f'$."{channel}"'
+        one = self._one_statement()
+        rows: Sequence[Any]
+        if isinstance(one, _OneStatement):
+            rows = await store.backend.run_statement(driver, values, write=False, many=True)
+        elif isinstance(one, _OneHop):
+            rows = await one.fetch(driver, values)
+        else:
+            async with store.snapshot() as conn:
+                rows = (await conn.execute(stmt, values)).all()
+        walked: list[Any] = []
+        writes: dict[str, list[Any]] = {}
+        stored: dict[str, dict[str, Stored]] = {}
+        for row in rows:
+            r = SimpleNamespace(**dict(zip(_HISTORY_COLUMNS, row, strict=True)))
+            if r.kind == 0:
+                walked.append(r)
+            elif r.kind == 1:
+                writes.setdefault(r.checkpoint_id, []).append(r)
+            else:
+                stored.setdefault(r.channel, {})[r.version] = Stored(
+                    r.type, bytes(r.value), r.base, r.splice, r.skip, r.uid
+                )
+        if walked and walked[-1].rest and walked[-1].depth >= _HISTORY_DEPTH:
+            return None  # deeper than one statement walks: batches
+        steps = []
+        for r in walked:
+            held: dict[str, str] = {}
+            if r.came != r.rest:
+                versions = {} if r.versions is None else decode(r.versions)
+                for i, channel in enumerate(channels):
+                    if r.came & (1 << i) and not r.rest & (1 << i):
+                        version = versions.get(channel)
+                        if not version:  # kept in the checkpoint: read the long way
+                            return None
+                        held[channel] = version
+            steps.append(
+                (
+                    r.checkpoint_id,
+                    writes.get(r.checkpoint_id, []),
+                    self._rebuilt(ids.thread_id, ns, held, stored, learn=False),
+                    None,
+                )
+            )
         return steps
 
     async def _walk(

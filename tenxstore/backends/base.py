@@ -546,10 +546,11 @@ class Backend(ABC):
     round trip, autocommit): collaborators then build their own one-statement paths."""
 
     async def run_statement(
-        self, stmt: DriverStatement, values: Mapping[str, Any], *, write: bool
+        self, stmt: DriverStatement, values: Mapping[str, Any], *, write: bool, many: bool = False
     ) -> Any:
         """Run one compiled statement in autocommit at driver level; its first row (or
-        None). Only where :attr:`one_statement_writes` says so.
+        None; ``many``: a list of its rows). Only where :attr:`one_statement_writes`
+        says so.
 
         Raises:
             ConnectionLost: The connection broke (a write: ``committed=None``).

@@ -286,11 +286,13 @@ class PostgresBackend(Backend):
         return self.driver_hot_path
 
     async def run_statement(
-        self, stmt: DriverStatement, values: Mapping[str, Any], *, write: bool
+        self, stmt: DriverStatement, values: Mapping[str, Any], *, write: bool, many: bool = False
     ) -> Any:
         """On a borrowed asyncpg connection, prepared (see :meth:`_hot`): a read is sent
         again once on a connection found dead, a write only when it was never sent."""
-        return await self._hot(stmt.sql, stmt.args(values), idempotent=not write, fresh=write)
+        return await self._hot(
+            stmt.sql, stmt.args(values), idempotent=not write, fresh=write, many=many
+        )
 
     async def _after_a_lost_write(self, write: HeadWrite, server: list[int]) -> Head | None:
         """The connection broke while the write was in flight (a server that dropped an
@@ -362,8 +364,10 @@ class PostgresBackend(Backend):
         idempotent: bool,
         fresh: bool = False,
         server: list[int] | None = None,
+        many: bool = False,
     ) -> Any:
-        """Run one statement on a borrowed asyncpg connection; its first row.
+        """Run one statement on a borrowed asyncpg connection; its first row (``many``:
+        its rows).
 
         A statement the driver refused to send (its connection was found closed) is
         sent again on a fresh connection; a read also when the connection broke
@@ -399,7 +403,7 @@ class PostgresBackend(Backend):
                 server[:] = [driver.get_server_pid()]
             self._sent(sql)
             try:
-                row = await driver.fetchrow(sql, *args)
+                row = await (driver.fetch if many else driver.fetchrow)(sql, *args)
             except asyncio.CancelledError:
                 settled = asyncio.ensure_future(borrowed.settle(fairy, since))
                 while not settled.done():
