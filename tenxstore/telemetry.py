@@ -91,18 +91,53 @@ def record_ids() -> bool:
     return _record_ids
 
 
+def _provider_set() -> bool:
+    """Whether a tracer or meter provider has been set, by OTel's public functions
+    (each looks the environment up: about a microsecond)."""
+    tracing = not isinstance(_trace.get_tracer_provider(), _ProxyTracerProvider)
+    metering = type(_metrics.get_meter_provider()).__name__ != "_ProxyMeterProvider"
+    return tracing or metering
+
+
+def _globals_set() -> bool:
+    """The same, from the two globals OTel keeps them in (``set_tracer_provider`` and
+    ``set_meter_provider`` set them): the check a call pays while none is set."""
+    return _trace_globals._TRACER_PROVIDER is not None or (
+        _metrics_globals._METER_PROVIDER is not None
+    )
+
+
 def enabled() -> bool:
     """Whether spans and metrics are recorded: the API is installed and a tracer or
     meter provider has been set."""
     global _on
-    if _on:
-        return True
-    if not _API:
-        return False
-    tracing = not isinstance(_trace.get_tracer_provider(), _ProxyTracerProvider)
-    metering = type(_metrics.get_meter_provider()).__name__ != "_ProxyMeterProvider"
-    _on = tracing or metering
+    if not _on and _API:
+        _on = _check()
     return _on
+
+
+def _choose_check() -> Callable[[], bool]:
+    """The fast check where OTel's globals are where this release knows them and no
+    provider is named in the environment (OTel would load it on first use)."""
+    global _trace_globals, _metrics_globals
+    if not _API:
+        return lambda: False
+    try:
+        import opentelemetry.metrics._internal as metrics_globals
+        import opentelemetry.trace as trace_globals
+
+        trace_globals._TRACER_PROVIDER  # noqa: B018  # present in this release?
+        metrics_globals._METER_PROVIDER  # noqa: B018
+    except (ImportError, AttributeError):  # pragma: no cover - another OTel release
+        return _provider_set
+    _trace_globals, _metrics_globals = trace_globals, metrics_globals
+    named = ("OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER")
+    return _provider_set if any(name in os.environ for name in named) else _globals_set
+
+
+_trace_globals: Any = None
+_metrics_globals: Any = None
+_check = _choose_check()
 
 
 class _Instruments:
