@@ -29,6 +29,7 @@ from tenxstore import (
     CachedCheckpointer,
     CheckpointRepository,
     ConnectionLost,
+    DatabaseUnavailable,
     InMemoryCheckpointer,
     LockTimeout,
     StaleStateError,
@@ -483,6 +484,21 @@ async def test_a_connection_lost_mid_write_is_a_warning_and_counted(
     finally:
         await repo.aclose()
         await link.close()
+
+
+async def test_an_unusable_database_is_a_warning_without_the_password(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    repo = CheckpointRepository(f"postgresql://postgres:s3cret@127.0.0.1:{free_port()}/db")
+    try:
+        with caplog.at_level(logging.DEBUG, logger="tenxstore"), pytest.raises(DatabaseUnavailable):
+            await repo.aget_state(cfg())
+    finally:
+        await repo.aclose()
+    [warning] = [r for r in tenxstore_records(caplog) if r.levelno == logging.WARNING]
+    assert warning.name == "tenxstore.backends.base"
+    assert "connection refused" in warning.getMessage()
+    assert "s3cret" not in warning.getMessage()
 
 
 # -- nothing stored ever leaves through telemetry --------------------------------------
