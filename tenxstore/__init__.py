@@ -1,5 +1,6 @@
 """tenxstore: durable, versioned, per-user persistence for AI-agent threads."""
 
+import logging as _logging
 from importlib import metadata as _metadata
 
 from .backends import transaction_pooling_args
@@ -73,6 +74,10 @@ __all__ = [
     "ToolExecutionNotFound",
     "transaction_pooling_args",
 ]
+
+# A library never configures logging: its records go wherever the application sends
+# them, and nowhere ("No handlers could be found") when it sends them nowhere.
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 try:
     __version__ = _metadata.version("tenxstore")

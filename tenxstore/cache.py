@@ -25,7 +25,9 @@ from typing import Any
 from redis.asyncio import ConnectionPool, Redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from . import telemetry
 from .config import RunIds, read_config, record_read, recorded_incarnation, recorded_version
 from .errors import ConfigError, StaleStateError
 from .langgraph_tables import LangGraphTables
@@ -33,6 +35,7 @@ from .protocol import Checkpointer
 from .redis_cache import BLANKET, INCARNATION_MEMBER, MAX_PUT_AGE, Fence, RedisCache
 from .redis_cache import decode_entry as _decode_entry
 from .serde import encode_state
+from .telemetry import traced
 from .types import (
     AuthPolicy,
     Commit,
@@ -51,7 +54,7 @@ __all__ = ["DEFAULT_KEY_PREFIX", "CachedCheckpointer", "cache_key"]
 
 _EMPTY = 2  # RedisCache.put: the key was empty and the put may not create it
 
-log = logging.getLogger("tenxstore.cache")
+log = logging.getLogger(__name__)
 _VERBATIM = re.compile(r"[A-Za-z0-9._-]+")
 _UNSCOPED = "*"
 
@@ -214,6 +217,15 @@ class CachedCheckpointer:
         return None if self._redis is None else self._redis.client
 
     @property
+    def engine(self) -> AsyncEngine:
+        """The wrapped repository's SQLAlchemy engine (of the running event loop), for
+        instrumentation such as ``opentelemetry-instrumentation-sqlalchemy``."""
+        engine = getattr(self.inner, "engine", None)
+        if not isinstance(engine, AsyncEngine):
+            raise AttributeError(f"{type(self.inner).__name__} has no SQLAlchemy engine")
+        return engine
+
+    @property
     def key_prefix(self) -> str:
         """The prefix of every key (the default's namespace once the store is known)."""
         return self._prefix or self._base_prefix
@@ -296,6 +308,7 @@ class CachedCheckpointer:
 
     # -- lifecycle ---------------------------------------------------------------
 
+    @traced()
     async def asetup(self) -> None:
         """Migrate the wrapped repository's schema to head."""
         await self.inner.asetup()
@@ -304,10 +317,12 @@ class CachedCheckpointer:
         """Synchronous :meth:`asetup`."""
         self.inner.setup()
 
+    @traced()
     async def astore_id(self) -> str:
         """The id of the wrapped store (see the repository)."""
         return await self.inner.astore_id()
 
+    @traced()
     async def acheck(self) -> Health:
         """The wrapped store's check, and Redis's: a PING now (bounded by
         ``redis_timeout``), the back-off window and the invalidations still pending."""
@@ -341,6 +356,7 @@ class CachedCheckpointer:
 
     # -- state -------------------------------------------------------------------
 
+    @traced(write=True)
     async def aput_checkpoint(
         self,
         config: dict[str, Any],
@@ -356,6 +372,7 @@ class CachedCheckpointer:
         """
         return (await self.acommit(config, state, messages, meta=meta)).version
 
+    @traced(write=True)
     async def acommit(
         self,
         config: dict[str, Any],
@@ -386,16 +403,19 @@ class CachedCheckpointer:
             )
         return commit
 
+    @traced(write=True)
     async def aput_state(
         self, config: dict[str, Any], state: dict[str, Any], *, meta: dict[str, Any] | None = None
     ) -> int:
         """:meth:`aput_checkpoint` without messages."""
         return await self.aput_checkpoint(config, state, (), meta=meta)
 
+    @traced()
     async def aget_state(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The latest durable state, from the database (the cache is not consulted)."""
         return await self.inner.aget_state(config)
 
+    @traced()
     async def aget_state_cache(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The latest state: Redis first, then the database (refreshing Redis).
 
@@ -413,12 +433,15 @@ class CachedCheckpointer:
             try:
                 entry = _decode_entry(raw)
             except ValueError as exc:
-                log.warning("dropping a cache entry that does not decode (%s): %s", key, exc)
+                where = f" ({key})" if telemetry.record_ids() else ""
+                log.warning("dropping a cache entry that does not decode%s: %s", where, exc)
                 await redis.drop([key])
                 entry = None
             if entry is not None:
+                telemetry.cache_lookup("hit")
                 record_read(config, entry.version, entry.incarnation)
                 return entry.state
+        telemetry.cache_lookup("fail_open" if redis.down else "miss")
         prepared = time.monotonic()
         state = await self.inner.aget_state(config)
         if state is not None:
@@ -426,6 +449,7 @@ class CachedCheckpointer:
             await self._put(key, state, version, recorded_incarnation(config), (), prepared)
         return state
 
+    @traced()
     async def aput_state_cache(
         self, config: dict[str, Any], state: dict[str, Any], version: int
     ) -> bool:
@@ -471,12 +495,14 @@ class CachedCheckpointer:
         await self.inner.aget_state(probe)  # records the incarnation it read
         return recorded_incarnation(probe)
 
+    @traced()
     async def alist_states(
         self, config: dict[str, Any], limit: int | None = None
     ) -> list[StateSnapshot]:
         """Retained history, newest first (from the database)."""
         return await self.inner.alist_states(config, limit)
 
+    @traced()
     async def aget_messages(
         self, config: dict[str, Any], limit: int | None = None, after_id: str | None = None
     ) -> list[dict[str, Any]]:
@@ -485,6 +511,7 @@ class CachedCheckpointer:
 
     # -- threads -----------------------------------------------------------------
 
+    @traced(write=True)
     async def aput_thread(
         self,
         config: dict[str, Any],
@@ -494,16 +521,19 @@ class CachedCheckpointer:
         """Create or update the thread record (no state change, no cache change)."""
         return await self.inner.aput_thread(config, name, metadata)
 
+    @traced()
     async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
         """The thread record, or None."""
         return await self.inner.aget_thread(config)
 
+    @traced()
     async def alist_threads(
         self, config: dict[str, Any], limit: int | None = 50, offset: int = 0
     ) -> list[ThreadInfo]:
         """The caller's threads, most recently updated first."""
         return await self.inner.alist_threads(config, limit, offset)
 
+    @traced(write=True)
     async def aclean_thread(self, config: dict[str, Any]) -> bool:
         """Delete the thread and its data, then fence its cache entries of both modes.
 
@@ -512,6 +542,7 @@ class CachedCheckpointer:
         """
         return await self.adelete(config) is not None
 
+    @traced(write=True)
     async def adelete(self, config: dict[str, Any]) -> Commit | None:
         """:meth:`aclean_thread`, returning the repository's :class:`Commit`."""
         ids = self._ids(config)
@@ -530,12 +561,14 @@ class CachedCheckpointer:
 
     # -- tool ledger: durable only, passed through -------------------------------
 
+    @traced(write=True)
     async def abegin_tool_execution(
         self, config: dict[str, Any], tool_call_id: str, tool_name: str, args: dict[str, Any]
     ) -> ToolExecution:
         """Claim a tool call (see the repository)."""
         return await self.inner.abegin_tool_execution(config, tool_call_id, tool_name, args)
 
+    @traced(write=True)
     async def acomplete_tool_execution(
         self, config: dict[str, Any], tool_call_id: str, result: Any, *, attempt: int | None = None
     ) -> ToolExecution:
@@ -544,6 +577,7 @@ class CachedCheckpointer:
             config, tool_call_id, result, attempt=attempt
         )
 
+    @traced(write=True)
     async def afail_tool_execution(
         self,
         config: dict[str, Any],
@@ -555,12 +589,14 @@ class CachedCheckpointer:
         """Record a tool call's failure."""
         return await self.inner.afail_tool_execution(config, tool_call_id, error, attempt=attempt)
 
+    @traced()
     async def aget_tool_execution(
         self, config: dict[str, Any], tool_call_id: str
     ) -> ToolExecution | None:
         """The ledger record of a tool call, or None."""
         return await self.inner.aget_tool_execution(config, tool_call_id)
 
+    @traced(write=True)
     async def arun_tool_once(
         self,
         config: dict[str, Any],
@@ -572,6 +608,7 @@ class CachedCheckpointer:
         """Replay-safe tool call (see the repository)."""
         return await self.inner.arun_tool_once(config, tool_call_id, tool_name, args, fn)
 
+    @traced()
     async def alist_tool_executions(self, config: dict[str, Any]) -> list[ToolExecution]:
         """Every tool call of the thread (see the repository)."""
         return await self.inner.alist_tool_executions(config)
@@ -583,10 +620,12 @@ class CachedCheckpointer:
         async for info in self.inner.aiter_threads(batch):
             yield info
 
+    @traced()
     async def aexport_thread(self, config: dict[str, Any]) -> ThreadExport | None:
         """Everything stored of one thread (see the repository)."""
         return await self.inner.aexport_thread(config)
 
+    @traced(write=True)
     async def aimport_thread(
         self, export: ThreadExport, *, on_conflict: OnConflict = "fail"
     ) -> ImportOutcome:
@@ -595,6 +634,7 @@ class CachedCheckpointer:
         [outcome] = await self.aimport_threads([export], on_conflict=on_conflict)
         return outcome
 
+    @traced(write=True)
     async def aimport_threads(
         self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
     ) -> list[ImportOutcome]:
@@ -602,6 +642,7 @@ class CachedCheckpointer:
         fence the cache entries of every thread that got a new life."""
         return [done.outcome for done in await self.aimport(exports, on_conflict=on_conflict)]
 
+    @traced(write=True)
     async def aimport(
         self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
     ) -> list[Imported]:

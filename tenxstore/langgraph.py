@@ -57,6 +57,7 @@ from .langgraph_tables import KEY, Values, run_id_of
 from .loops import BackgroundLoop
 from .protocol import Checkpointer
 from .serde import decode, encode
+from .telemetry import traced
 from .types import AuthPolicy
 from .validate import check_id
 
@@ -204,6 +205,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
 
     # -- writes ------------------------------------------------------------------
 
+    @traced(write=True, prefix="langgraph.")
     async def aput(
         self,
         config: RunnableConfig,
@@ -282,6 +284,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             }
         }
 
+    @traced(write=True, prefix="langgraph.")
     async def aput_writes(
         self,
         config: RunnableConfig,
@@ -309,6 +312,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             scoped, conf.get("checkpoint_ns", ""), conf["checkpoint_id"], rows
         )
 
+    @traced(write=True, prefix="langgraph.")
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of a thread (and the tenxstore thread).
 
@@ -319,6 +323,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         config = self._authority(thread_id, "adelete_thread")
         await self.checkpointer.aclean_thread(config["configurable"])
 
+    @traced(write=True, prefix="langgraph.")
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) of these runs (``run_id`` in their
         metadata), in the threads the saver's authority covers: its user's, or every
@@ -344,6 +349,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         """Synchronous :meth:`adelete_for_runs`."""
         _SYNC.run(self.adelete_for_runs(run_ids), "adelete_for_runs")
 
+    @traced(write=True, prefix="langgraph.")
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Keep only the newest checkpoint per namespace (``"keep_latest"``), or delete
         every checkpoint (``"delete"``), of each thread (with the saver's authority)."""
@@ -352,6 +358,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         configs = [self._authority(t, "aprune") for t in thread_ids]
         await self._tables.prune(configs, keep_latest=strategy == "keep_latest")
 
+    @traced(write=True, prefix="langgraph.")
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of a thread to another thread id (with the
         saver's authority: a bound user copies its own threads into its own)."""
@@ -403,6 +410,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             ],
         )
 
+    @traced(prefix="langgraph.")
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint named in ``config``, or the namespace's newest."""
         scoped = self._scoped(config)
@@ -439,6 +447,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         for row, writes, values in rows:
             yield self._tuple(row, writes, values)
 
+    @traced(prefix="langgraph.")
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:

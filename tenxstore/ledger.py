@@ -30,6 +30,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from . import telemetry
 from .config import RunIds, recorded_incarnation
 from .errors import (
     ConfigError,
@@ -48,7 +49,7 @@ from .validate import check_count, check_id
 
 __all__ = ["ToolLedger"]
 
-log = logging.getLogger("tenxstore.ledger")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 UNSTORABLE = "the tool returned a value that cannot be stored"
 
@@ -168,17 +169,22 @@ class ToolLedger:
                     )
                 )
                 row = await self._call_row(conn, ids, call_id)
+                telemetry.tool_outcome(log, "claimed", tool_name)
                 return tool_execution(ids.thread_id, row), (life, 1)
             stored = decode(row.args)
             if row.tool_name != tool_name or encode(stored, sort_keys=True) != canonical:
+                telemetry.tool_outcome(log, "mismatch", tool_name)
                 raise ToolExecutionMismatch(
                     f"tool call {call_id!r} of thread {ids.thread_id!r} was made as "
                     f"{row.tool_name!r} with {stored!r}, not {tool_name!r} with {args!r}"
                 )
             if row.status == "succeeded":
+                telemetry.tool_outcome(log, "replayed", tool_name)
                 return tool_execution(ids.thread_id, row), None
             if _live(row, clock):
+                telemetry.tool_outcome(log, "in_progress", tool_name)
                 raise ToolExecutionInProgress(ids.thread_id, call_id, utc(row.lease_expires_at))
+            again = "taken_over" if row.status == "started" else "reclaimed"
             row = (
                 await conn.execute(
                     update(x)
@@ -187,6 +193,7 @@ class ToolLedger:
                     .returning(*x.c)
                 )
             ).one()
+        telemetry.tool_outcome(log, again, tool_name)
         return tool_execution(ids.thread_id, row), (life, row.attempts)
 
     def _key(self, ids: RunIds, call_id: str) -> _ClaimKey:
@@ -276,12 +283,15 @@ class ToolLedger:
                 store.check_owner(ids, locked)
                 row = await self._call_row(conn, ids, call_id)
             if row is None:
+                telemetry.tool_outcome(log, "not_found")
                 raise ToolExecutionNotFound(
                     f"tool call {call_id!r} of thread {ids.thread_id!r} was never claimed"
                 )
             if row.status == "succeeded":
+                telemetry.tool_outcome(log, "kept", row.tool_name)
                 return tool_execution(ids.thread_id, row)  # the first success wins
             if life is not None and locked.incarnation != life:  # a claim of a life gone
+                telemetry.tool_outcome(log, "claim_lost", row.tool_name)
                 raise ToolExecutionClaimLost(
                     ids.thread_id, call_id, attempt or 0, row.attempts, replaced=True
                 )
@@ -290,6 +300,7 @@ class ToolLedger:
             # only a success may still land, and never over a live claim.
             late = attempt is not None and attempt != row.attempts
             if attempt is not None and late and (status != "succeeded" or _live(row, clock)):
+                telemetry.tool_outcome(log, "claim_lost", row.tool_name)
                 raise ToolExecutionClaimLost(ids.thread_id, call_id, attempt, row.attempts)
             row = (
                 await conn.execute(
@@ -306,6 +317,7 @@ class ToolLedger:
                 )
             ).one()
         _took(self._key(ids, call_id), None)
+        telemetry.tool_outcome(log, status, row.tool_name)
         return tool_execution(ids.thread_id, row)
 
     async def aget_tool_execution(
@@ -407,6 +419,7 @@ class ToolLedger:
                 self._finish(ids, call_id, status, result, encode(error), attempt)
             )
         except TenxStoreError as exc:
-            log.warning("tool call %r: could not record %s: %s", call_id, status, exc)
+            which = f" {call_id!r}" if telemetry.record_ids() else ""
+            log.warning("tool call%s: could not record %s (%s)", which, status, type(exc).__name__)
             return False
         return cancelled

@@ -209,6 +209,10 @@ class CrossLoopLock:
         self._held = False
         self._waiters: deque[asyncio.Future[None]] = deque()
 
+    def locked(self) -> bool:
+        """Whether the lock is held now (as ``asyncio.Lock.locked``)."""
+        return self._held
+
     async def acquire(self) -> None:
         """Wait for the lock (cancellable)."""
         with self._mutex:

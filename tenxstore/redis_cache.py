@@ -43,6 +43,7 @@ from redis.exceptions import (
     ResponseError,
 )
 
+from . import telemetry
 from .loops import PerLoop, shut_down
 from .serde import RESERVED_KEY, decode
 from .validate import MAX_COUNT
@@ -59,7 +60,7 @@ __all__ = [
     "decode_entry",
 ]
 
-log = logging.getLogger("tenxstore.cache")
+log = logging.getLogger(__name__)
 
 INCARNATION_MEMBER = "__checkpoint_incarnation__"
 FENCE_SECONDS = 60.0
@@ -286,6 +287,11 @@ class RedisCache:
         self.cluster = isinstance(client, RedisCluster)
 
     @property
+    def down(self) -> bool:
+        """Whether Redis is left alone now (a failure's back-off window)."""
+        return time.monotonic() < self.down_until
+
+    @property
     def client(self) -> Any:
         """The client of the running loop (outside a loop: the first)."""
         return self._clients.current()
@@ -355,6 +361,7 @@ class RedisCache:
         """
         if time.monotonic() < self.down_until:
             self._remember(pending)
+            telemetry.cache_fail_open(what)
             return None
         try:
             client = self._clients.bound() or await self._clients.get()
@@ -367,6 +374,7 @@ class RedisCache:
         except Exception as exc:  # fail open, whatever Redis (or its client) did
             self._remember(pending)
             self._failed(what, exc)
+            telemetry.cache_fail_open(what)
             return None
         if self.failures:
             log.info("redis answers again after %d failed call(s)", self.failures)

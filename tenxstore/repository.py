@@ -33,6 +33,7 @@ from .models import tables_for
 from .serde import decode, encode, encode_state
 from .statements import Statements, snapshot_of, thread_info
 from .store import Settings, Store
+from .telemetry import traced
 from .types import (
     Commit,
     Health,
@@ -178,6 +179,7 @@ class CheckpointRepository:
         )
         self._store.ready(store_id)
 
+    @traced()
     async def asetup(self) -> None:
         """Migrate the schema to head (creating the PostgreSQL schema when absent).
 
@@ -195,6 +197,7 @@ class CheckpointRepository:
         )
         self._store.ready(store_id)
 
+    @traced()
     async def astore_id(self) -> str:
         """The id that names this database and schema: the random id its migrations
         wrote, joined with what tells the database apart from a copy of it (the SQLite
@@ -261,6 +264,7 @@ class CheckpointRepository:
         if outcome:
             raise outcome[0]
 
+    @traced()
     async def acheck(self) -> Health:
         """Check the database: reachable, and its schema at the revision this release
         needs. Never raises for what it finds; see :class:`Health`."""
@@ -287,6 +291,7 @@ class CheckpointRepository:
 
     # -- state -----------------------------------------------------------------------
 
+    @traced(write=True)
     async def aput_checkpoint(
         self,
         config: dict[str, Any],
@@ -323,6 +328,7 @@ class CheckpointRepository:
         """
         return (await self.acommit(config, state, messages, meta=meta)).version
 
+    @traced(write=True)
     async def acommit(
         self,
         config: dict[str, Any],
@@ -385,12 +391,14 @@ class CheckpointRepository:
         record_read(config, version, life)
         return Commit(ids.thread_id, row.user_id, life, version, payload)
 
+    @traced(write=True)
     async def aput_state(
         self, config: dict[str, Any], state: dict[str, Any], *, meta: dict[str, Any] | None = None
     ) -> int:
         """:meth:`aput_checkpoint` without messages."""
         return await self.aput_checkpoint(config, state, (), meta=meta)
 
+    @traced()
     async def aget_state(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The latest durable state, or None; records its version (0 when none) in config."""
         head = await self._store.read_head(self._store.ids(config))
@@ -403,10 +411,12 @@ class CheckpointRepository:
         state: dict[str, Any] = decode(head.state)
         return state
 
+    @traced()
     async def aget_state_cache(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """Without a cache this is :meth:`aget_state`."""
         return await self.aget_state(config)
 
+    @traced()
     async def aput_state_cache(
         self, config: dict[str, Any], state: dict[str, Any], version: int
     ) -> bool:
@@ -416,6 +426,7 @@ class CheckpointRepository:
         check_count("version", version)
         return False
 
+    @traced()
     async def alist_states(
         self, config: dict[str, Any], limit: int | None = None
     ) -> list[StateSnapshot]:
@@ -432,6 +443,7 @@ class CheckpointRepository:
         )
         return [snapshot_of(row) for row in await store.read(stmt)]
 
+    @traced()
     async def aget_messages(
         self, config: dict[str, Any], limit: int | None = None, after_id: str | None = None
     ) -> list[dict[str, Any]]:
@@ -461,6 +473,7 @@ class CheckpointRepository:
 
     # -- threads ---------------------------------------------------------------------
 
+    @traced(write=True)
     async def aput_thread(
         self,
         config: dict[str, Any],
@@ -494,6 +507,7 @@ class CheckpointRepository:
             ).one()
         return thread_info(row)
 
+    @traced()
     async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
         """The thread record, or None (also when another user owns it)."""
         store = self._store
@@ -501,6 +515,7 @@ class CheckpointRepository:
         rows = await store.read(select(*store.tables.threads.c).where(store.owned(ids)))
         return thread_info(rows[0]) if rows else None
 
+    @traced()
     async def alist_threads(
         self, config: dict[str, Any], limit: int | None = 50, offset: int = 0
     ) -> list[ThreadInfo]:
@@ -520,6 +535,7 @@ class CheckpointRepository:
         )
         return [thread_info(row) for row in await store.read(stmt)]
 
+    @traced(write=True)
     async def aclean_thread(self, config: dict[str, Any]) -> bool:
         """Delete the thread with its states, messages, tool executions and LangGraph
         checkpoints. Nothing of it is kept.
@@ -532,6 +548,7 @@ class CheckpointRepository:
         """
         return await self.adelete(config) is not None
 
+    @traced(write=True)
     async def adelete(self, config: dict[str, Any]) -> Commit | None:
         """:meth:`aclean_thread`, returning what was deleted (None: no such thread)."""
         store = self._store
@@ -545,12 +562,14 @@ class CheckpointRepository:
 
     # -- the tool ledger (see ToolLedger) -----------------------------------------------
 
+    @traced(write=True)
     async def abegin_tool_execution(
         self, config: dict[str, Any], tool_call_id: str, tool_name: str, args: dict[str, Any]
     ) -> ToolExecution:
         """Claim a tool call (:meth:`ToolLedger.abegin_tool_execution`)."""
         return await self.ledger.abegin_tool_execution(config, tool_call_id, tool_name, args)
 
+    @traced(write=True)
     async def acomplete_tool_execution(
         self, config: dict[str, Any], tool_call_id: str, result: Any, *, attempt: int | None = None
     ) -> ToolExecution:
@@ -560,6 +579,7 @@ class CheckpointRepository:
             config, tool_call_id, result, attempt=attempt
         )
 
+    @traced(write=True)
     async def afail_tool_execution(
         self,
         config: dict[str, Any],
@@ -572,12 +592,14 @@ class CheckpointRepository:
         claim's ``attempts`` as ``attempt`` (:meth:`ToolLedger.afail_tool_execution`)."""
         return await self.ledger.afail_tool_execution(config, tool_call_id, error, attempt=attempt)
 
+    @traced()
     async def aget_tool_execution(
         self, config: dict[str, Any], tool_call_id: str
     ) -> ToolExecution | None:
         """The ledger record of a tool call, or None (also for another user's thread)."""
         return await self.ledger.aget_tool_execution(config, tool_call_id)
 
+    @traced(write=True)
     async def arun_tool_once(
         self,
         config: dict[str, Any],
@@ -609,6 +631,7 @@ class CheckpointRepository:
         """
         return await self.ledger.arun_tool_once(config, tool_call_id, tool_name, args, fn)
 
+    @traced()
     async def alist_tool_executions(self, config: dict[str, Any]) -> list[ToolExecution]:
         """Every tool call of the thread, in the order they were first claimed."""
         return await self.ledger.alist_tool_executions(config)
@@ -620,11 +643,13 @@ class CheckpointRepository:
         async for info in self.exports.aiter_threads(batch):
             yield info
 
+    @traced()
     async def aexport_thread(self, config: dict[str, Any]) -> ThreadExport | None:
         """Everything stored of one thread, read in one snapshot; None when absent
         (or another user's while isolation applies)."""
         return await self.exports.aexport_thread(config)
 
+    @traced(write=True)
     async def aimport_thread(
         self, export: ThreadExport, *, on_conflict: OnConflict = "fail"
     ) -> ImportOutcome:
@@ -632,6 +657,7 @@ class CheckpointRepository:
         :meth:`ThreadExports.aimport_thread`)."""
         return await self.exports.aimport_thread(export, on_conflict=on_conflict)
 
+    @traced(write=True)
     async def aimport_threads(
         self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
     ) -> list[ImportOutcome]:
@@ -639,6 +665,7 @@ class CheckpointRepository:
         :meth:`ThreadExports.aimport_threads`)."""
         return await self.exports.aimport_threads(exports, on_conflict=on_conflict)
 
+    @traced(write=True)
     async def aimport(
         self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
     ) -> list[Imported]:

@@ -78,3 +78,15 @@ def test_langgraph_chat_smoke(tmp_path: Path) -> None:
 def test_langgraph_turn_smoke(saver: str) -> None:
     """Where a turn goes: one saver alone (and its profile)."""
     run_benchmark("langgraph_turn.py", saver, "--turns", "3", "--profile")
+
+
+def test_telemetry_overhead_smoke() -> None:
+    script = str(ROOT / "benchmarks" / "telemetry_overhead.py")
+    done = subprocess.run(
+        [sys.executable, script, "--calls", "50", "--runs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert {line.split()[0] for line in done.stdout.splitlines()[2:]} == {"absent", "api", "sdk"}

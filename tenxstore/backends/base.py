@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import socket
 import time
 from abc import ABC, abstractmethod
@@ -30,6 +31,7 @@ from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.util import greenlet_spawn
 
+from .. import telemetry
 from ..errors import ConfigError, ConnectionLost, DatabaseUnavailable, LockTimeout, TenxStoreError
 from ..loops import PerLoop, shut_down
 from ..models import Tables
@@ -46,6 +48,8 @@ __all__ = [
     "StateWrite",
     "timeout_ms",
 ]
+
+log = logging.getLogger(__name__)
 
 DialectName = Literal["postgresql", "sqlite"]
 _SQLITE_CANTOPEN = 14
@@ -586,6 +590,7 @@ class Backend(ABC):
                 # was being set up is opened once more; a refusal is final.
                 if attempt == 2 or not isinstance(failure, ConnectionLost):
                     raise failure from exc
+                telemetry.retried(log, self.name, "a connection broke while it was opened")
         try:
             yield conn
         finally:
@@ -605,6 +610,7 @@ class Backend(ABC):
                 f"the connection to {where} broke while it was being opened "
                 f"({type(exc).__name__}); nothing was written"
             )
+        log.warning("cannot use the database %s: %s", where, why)
         return DatabaseUnavailable(f"cannot use the database {where}: {why}")
 
     async def read(
@@ -623,6 +629,7 @@ class Backend(ABC):
             except DBAPIError as exc:
                 if attempt == 2 or not exc.connection_invalidated:
                     raise self.translate(exc, committing=False) from exc
+                telemetry.retried(log, self.name, "a read found its pooled connection dead")
         raise AssertionError("unreachable")
 
     @asynccontextmanager
@@ -664,6 +671,7 @@ class Backend(ABC):
                 except DBAPIError as exc:
                     if yielded or attempt == 2 or not self.died_before_sending(exc):
                         raise
+                    telemetry.retried(log, self.name, "a write found its connection dead")
         except DBAPIError as exc:
             raise self.translate(exc, committing) from exc
 
@@ -671,19 +679,30 @@ class Backend(ABC):
         """A driver error as the caller's error, by class and SQLSTATE/SQLite code."""
         if exc.connection_invalidated:
             if committing:
-                return ConnectionLost(
-                    "the connection was lost during COMMIT; the write may have been "
-                    "applied: re-read the thread before writing again",
-                    committed=None,
+                return self.lost(
+                    ConnectionLost(
+                        "the connection was lost during COMMIT; the write may have been "
+                        "applied: re-read the thread before writing again",
+                        committed=None,
+                    )
                 )
-            return ConnectionLost("the connection was lost before COMMIT; nothing was written")
+            return self.lost(
+                ConnectionLost("the connection was lost before COMMIT; nothing was written")
+            )
         if self.is_lock_timeout(exc):
             return self.lock_timed_out()
         return exc
 
+    def lost(self, error: ConnectionLost) -> ConnectionLost:
+        """``error``, logged (a WARNING: a connection the database or the network
+        dropped) and counted."""
+        telemetry.connection_lost(log, self.name, error.committed)
+        return error
+
     def lock_timed_out(self) -> LockTimeout:
         """The error of a write that waited longer than ``lock_timeout``."""
         wait = "forever" if self.lock_timeout is None else f"{self.lock_timeout:g}s"
+        telemetry.lock_timed_out(log, self.name, wait)
         return LockTimeout(f"waited more than {wait} for the thread's lock; nothing was written")
 
     # -- schema and lifecycle -----------------------------------------------------------

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -51,10 +52,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable, Select
 from sqlalchemy.sql.elements import BindParameter
 
+from .. import telemetry
 from ..errors import ConfigError, ConnectionLost
 from ..models import Tables
 from .base import Backend, Head, HeadWrite, StateWrite, timeout_ms
 from .driver import DriverStatement
+
+log = logging.getLogger(__name__)
 
 __all__ = ["PgBouncerBackend", "PostgresBackend", "transaction_pooling_args"]
 
@@ -323,23 +327,26 @@ class PostgresBackend(Backend):
         }
         try:
             if not server or not await self._ended(server[0]):
-                raise unknown  # the server may still run it, and commit it later
+                raise self.lost(unknown)  # the server may still run it, and commit it later
             seen = await self._hot(self._verify.sql, self._verify.args(values), idempotent=True)
         except Exception as exc:  # the look itself failed: the outcome is unknown
             if exc is unknown:
                 raise
-            raise unknown from exc
+            raise self.lost(unknown) from exc
         if seen is None:
             return None  # the thread is gone
         version, incarnation, owner, applied = seen
         if applied:  # it committed (later writes may have followed it)
+            telemetry.connection_lost(log, self.name, True)
             return Head(expected + 1, incarnation, owner, None)
         life_unchanged = write.incarnation is None or incarnation == write.incarnation
         if version == expected and life_unchanged:  # never replayed: the caller decides
-            raise ConnectionLost(
-                "the connection was lost while the write ran; it was not applied: "
-                "nothing was written",
-                committed=False,
+            raise self.lost(
+                ConnectionLost(
+                    "the connection was lost while the write ran; it was not applied: "
+                    "nothing was written",
+                    committed=False,
+                )
             )
         return None
 
@@ -384,6 +391,7 @@ class PostgresBackend(Backend):
             except self._opening_errors as exc:
                 failure = self.opening_failed(exc)
                 if attempt == 1 and isinstance(failure, ConnectionLost):
+                    telemetry.retried(log, self.name, "a connection broke while it was opened")
                     continue  # it broke while being set up: nothing was sent
                 raise failure from exc
             driver = fairy.driver_connection
@@ -398,6 +406,7 @@ class PostgresBackend(Backend):
                 if driver.is_closed():
                     borrowed.discard(fairy)
                     await borrowed.after_disconnect()
+                    telemetry.retried(log, self.name, "a pooled connection was found closed")
                     continue
             if server is not None:
                 server[:] = [driver.get_server_pid()]
@@ -418,6 +427,7 @@ class PostgresBackend(Backend):
                 else:
                     await borrowed.give(fairy, since)
                 if attempt == 1 and (unsent or (lost and idempotent)):
+                    telemetry.retried(log, self.name, "a connection broke; nothing was written")
                     continue
                 raise self._driver_error(exc, lost, unsent or idempotent) from exc
             await borrowed.give(fairy, since)
@@ -428,11 +438,13 @@ class PostgresBackend(Backend):
         """An asyncpg error of the hot path as tenxstore's error (by class and SQLSTATE)."""
         if lost or _unsent(exc):
             if nothing_written:
-                return ConnectionLost("the connection was lost; nothing was written")
-            return ConnectionLost(
-                "the connection was lost while the write ran; it may have been applied: "
-                "re-read the thread before writing again",
-                committed=None,
+                return self.lost(ConnectionLost("the connection was lost; nothing was written"))
+            return self.lost(
+                ConnectionLost(
+                    "the connection was lost while the write ran; it may have been applied: "
+                    "re-read the thread before writing again",
+                    committed=None,
+                )
             )
         if getattr(exc, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
             return self.lock_timed_out()
@@ -588,6 +600,7 @@ class PostgresBackend(Backend):
                         await conn.exec_driver_sql("BEGIN")
                     except DBAPIError as exc:
                         if attempt == 1 and exc.connection_invalidated:
+                            telemetry.retried(log, self.name, "BEGIN found its connection dead")
                             continue  # dead on arrival: no transaction ever started
                         raise
                     try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import sqlite3
 import threading
@@ -36,9 +37,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.expression import Executable
 
+from .. import telemetry
 from ..loops import CrossLoopLock
 from .base import Backend, Head, HeadWrite, StateWrite, timeout_ms
 from .driver import DriverStatement
+
+log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
@@ -252,6 +256,7 @@ class HotPath:
                 busy = isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
                 if not busy or (deadline is not None and time.monotonic() >= deadline):
                     raise
+                telemetry.retried(log, "sqlite", "a read found the database busy")
             finally:
                 connection.close()
 
@@ -326,7 +331,10 @@ class HotPath:
     def _take_turn(self, ticket: _Ticket) -> bool:
         """This process's turn to write, waited for up to ``lock_timeout`` (then
         LockTimeout, as SQLite's own wait would end); False when the caller is gone."""
-        deadline = None if self.lock_timeout is None else time.monotonic() + self.lock_timeout
+        if self._turn.acquire(blocking=False):
+            return True
+        started = time.monotonic()
+        deadline = None if self.lock_timeout is None else started + self.lock_timeout
         while not self._turn.acquire(timeout=self.SLICE):
             if ticket.cancelled:
                 return False
@@ -334,6 +342,7 @@ class HotPath:
                 busy = sqlite3.OperationalError("database is locked (by a writer of this process)")
                 busy.sqlite_errorcode = _SQLITE_BUSY  # type: ignore[attr-defined]  # as SQLite's
                 raise busy
+        telemetry.lock_waited(log, "sqlite", time.monotonic() - started)
         return True
 
     def execute(self, cursor: Any, stmt: DriverStatement, values: Mapping[str, Any]) -> Any:
@@ -351,19 +360,24 @@ class HotPath:
     def _begin(self, cursor: Any, ticket: _Ticket) -> bool:
         """BEGIN IMMEDIATE, waiting for the write lock up to ``lock_timeout`` in slices;
         False when the caller is gone meanwhile."""
-        deadline = None if self.lock_timeout is None else time.monotonic() + self.lock_timeout
+        started = time.monotonic()
+        deadline = None if self.lock_timeout is None else started + self.lock_timeout
+        waited = False
         while True:
             if ticket.cancelled:
                 return False
             self._sent("BEGIN IMMEDIATE")
             try:
                 cursor.execute("BEGIN IMMEDIATE")
+                if waited:  # another process held the write lock
+                    telemetry.lock_waited(log, "sqlite", time.monotonic() - started)
                 return True
             except sqlite3.OperationalError as exc:
                 code = getattr(exc, "sqlite_errorcode", None)
                 busy = isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
                 if not busy or (deadline is not None and time.monotonic() >= deadline):
                     raise
+                waited = True
 
     def _commit(self, cursor: Any, w: HeadWrite) -> Head | None:
         """Under the write lock: the common case only (see :class:`HeadWrite`)."""
@@ -509,6 +523,7 @@ class SqliteBackend(Backend):
     ) -> AsyncIterator[tuple[AsyncConnection, Any]]:
         """The write transaction, once this process's writers before it are done
         (within ``lock_timeout``, as SQLite's own wait would be)."""
+        waits, started = self._writers.locked(), time.monotonic()
         if self.lock_timeout is None:
             await self._writers.acquire()
         else:
@@ -516,6 +531,8 @@ class SqliteBackend(Backend):
                 await asyncio.wait_for(self._writers.acquire(), self.lock_timeout)
             except asyncio.TimeoutError:
                 raise self.lock_timed_out() from None
+        if waits:
+            telemetry.lock_waited(log, self.name, time.monotonic() - started)
         try:
             async with super()._block_write(lock, params) as locked:
                 yield locked

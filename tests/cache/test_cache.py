@@ -510,7 +510,7 @@ async def test_a_redis_that_refuses_us_is_named_once_and_in_the_health_check(
         ):
             cp = wrap(redis_url=url, redis_backoff=0.01)
             caplog.clear()
-            with caplog.at_level(logging.DEBUG, logger="tenxstore.cache"):
+            with caplog.at_level(logging.DEBUG, logger="tenxstore"):
                 for _ in range(3):
                     await exercise(cp, rounds=2)  # every call is served by the database
                     await asyncio.sleep(0.1)  # the window is a time: Redis is tried again
@@ -551,7 +551,7 @@ async def test_an_entry_that_does_not_decode_is_a_miss(
     await cached.aput_state(cfg(), {"from": "db"})
     await redis_client.set("cachetest:t1:alice", garbage)
     config = cfg()
-    with caplog.at_level(logging.WARNING, logger="tenxstore.cache"):
+    with caplog.at_level(logging.WARNING, logger="tenxstore"):
         assert await cached.aget_state_cache(config) == {"from": "db"}
     assert config["_checkpoint_version"] == 1
     assert any("does not decode" in r.getMessage() for r in caplog.records)

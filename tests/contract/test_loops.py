@@ -125,7 +125,7 @@ def test_a_callers_redis_bound_to_a_dead_loop_fails_open(
     cp = CachedCheckpointer(repo, redis=client, key_prefix=prefix)
     cp.setup()
     assert asyncio.run(turn(cp, 0)) == 1
-    with caplog.at_level(logging.WARNING, logger="tenxstore.cache"):
+    with caplog.at_level(logging.WARNING, logger="tenxstore"):
         # The write commits, then the client of the dead loop fails: the call still
         # returns its version, and the failure is logged, never raised.
         assert asyncio.run(turn(cp, 1)) == 2
