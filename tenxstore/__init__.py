@@ -20,9 +20,11 @@ from .errors import (
     ToolExecutionMismatch,
     ToolExecutionNotFound,
 )
+from .lifecycle import DeleteResult, parse_duration
 from .presets import InMemoryCheckpointer, PgCheckpointer, SqliteCheckpointer
 from .protocol import Checkpointer
 from .repository import CheckpointRepository
+from .stats import StoreStats, TableStats, UserStats
 from .types import (
     AuthPolicy,
     Commit,
@@ -47,6 +49,7 @@ __all__ = [
     "ConfigError",
     "ConnectionLost",
     "DatabaseUnavailable",
+    "DeleteResult",
     "Health",
     "ImportConflict",
     "Imported",
@@ -62,6 +65,8 @@ __all__ = [
     "SqliteCheckpointer",
     "StaleStateError",
     "StateSnapshot",
+    "StoreStats",
+    "TableStats",
     "TenxStoreError",
     "ThreadExport",
     "ThreadInfo",
@@ -71,6 +76,8 @@ __all__ = [
     "ToolExecutionInProgress",
     "ToolExecutionMismatch",
     "ToolExecutionNotFound",
+    "UserStats",
+    "parse_duration",
     "transaction_pooling_args",
 ]
 
