@@ -478,6 +478,12 @@ async def demo(
     )
 
 
+# The data-lifecycle commands (delete-user, prune, stats) register themselves on app.
+from . import cli_ops as _cli_ops  # noqa: E402  # needs app and the helpers above
+
+_ = _cli_ops
+
+
 def main() -> None:
     """Entry point of the ``tenxstore`` console script."""
     app()
