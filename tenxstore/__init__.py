@@ -5,6 +5,7 @@ from importlib import metadata as _metadata
 from .backends import transaction_pooling_args
 from .cache import CachedCheckpointer
 from .errors import (
+    CacheUnreachable,
     ConfigError,
     ConnectionLost,
     DatabaseUnavailable,
@@ -42,6 +43,7 @@ from .types import (
 
 __all__ = [
     "AuthPolicy",
+    "CacheUnreachable",
     "CachedCheckpointer",
     "CheckpointRepository",
     "Checkpointer",

@@ -28,7 +28,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .config import RunIds, read_config, record_read, recorded_incarnation, recorded_version
-from .errors import ConfigError, StaleStateError
+from .errors import CacheUnreachable, ConfigError, StaleStateError
 from .langgraph_tables import LangGraphTables
 from .lifecycle import DEFAULT_BATCH_SIZE, DEFAULT_SAMPLE, BatchHook, DeleteResult, ProgressHook
 from .protocol import Checkpointer
@@ -633,7 +633,10 @@ class CachedCheckpointer:
         calls ``then``. It runs before the batch commits: no reader can see the rows
         gone while an entry still holds them, and a crash right after the commit
         leaves fences, not entries (a fence lives ``FENCE_SECONDS``; after it, a
-        refill finds no row)."""
+        refill finds no row). Unlike a single delete, which fails open, a batch whose
+        fences Redis did not confirm is rolled back (:class:`CacheUnreachable`): its
+        threads would otherwise be gone with nothing left to say their entries must
+        go, and a run again would not find them."""
         redis = self._redis
         if redis is None:
             return then
@@ -645,7 +648,13 @@ class CachedCheckpointer:
                 for key in await self._keys(removed.thread_id, removed.user_id):
                     if key is not None:
                         fences.append((key, above))
-            await redis.fence_many(fences)
+            if not await redis.fence_many(fences):
+                problem = redis.status().last_error or "Redis did not answer in time"
+                raise CacheUnreachable(
+                    f"the cache entries of {len(gone)} thread(s) could not be fenced "
+                    f"({problem}); their batch was rolled back, nothing of it deleted. "
+                    "Run the call again once Redis answers: it goes on where it stopped"
+                )
             fenced[0] += len(fences)
             if then is not None:
                 await then(gone)

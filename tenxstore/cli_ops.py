@@ -1,5 +1,5 @@
 """The operator's data-lifecycle commands of ``tenxstore``: ``delete-user``, ``prune``
-and ``stats`` (registered on :data:`tenxstore.cli.app`).
+and ``stats`` (:func:`register` adds them to :data:`tenxstore.cli.app`).
 
 ``delete-user`` and ``prune`` take ``--redis-url`` (or ``TENXSTORE_REDIS_URL``) so the
 application's cache entries of what they delete are fenced too; when Redis cannot be
@@ -24,7 +24,6 @@ from .cli import (
     _fail,
     _repo,
     _when,
-    app,
     command,
     err,
     out,
@@ -32,7 +31,7 @@ from .cli import (
 from .lifecycle import DEFAULT_BATCH_SIZE, DeleteResult, parse_duration
 from .stats import StoreStats
 
-__all__ = ["delete_user", "prune", "stats"]
+__all__ = ["delete_user", "prune", "register", "stats"]
 
 BatchSize = Annotated[
     int, typer.Option(help="Threads deleted per transaction (1 to 5000).", min=1, max=5000)
@@ -69,7 +68,6 @@ def _bar(what: str) -> Progress:
     return Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), console=err)
 
 
-@app.command("delete-user")
 @command
 async def delete_user(
     user: Annotated[str, typer.Argument(help="The user whose threads are erased.")],
@@ -100,7 +98,6 @@ async def delete_user(
     out.print(_counts(done, f"erased user {user!r} ({done.batches} batch(es))"))
 
 
-@app.command()
 @command
 async def prune(
     idle_for: Annotated[
@@ -203,7 +200,6 @@ def _print_stats(found: StoreStats, top: int) -> None:
     out.print(tables)
 
 
-@app.command()
 @command
 async def stats(
     top: Annotated[int, typer.Option(help="Users listed, by threads held.", min=0)] = 10,
@@ -223,3 +219,11 @@ async def stats(
     ):
         found = await cp.astats(top=top, exact=exact)
     _print_stats(found, top)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the commands to ``app`` (the app of the running ``tenxstore.cli``, which is
+    ``__main__`` under ``python -m tenxstore.cli``)."""
+    app.command("delete-user")(delete_user)
+    app.command()(prune)
+    app.command()(stats)

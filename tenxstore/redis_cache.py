@@ -537,15 +537,15 @@ class RedisCache:
         if pending:
             await self.call("invalidate", lambda client: self._fence_each(client, pending), pending)
 
-    async def fence_many(self, fences: Iterable[tuple[str, Fence]]) -> None:
+    async def fence_many(self, fences: Iterable[tuple[str, Fence]]) -> bool:
         """Fence many keys: pipelines of up to 500 scripts (side by side on a cluster),
-        all within one bounded call; remembered for later, as every invalidation is,
-        when Redis does not answer."""
+        all within one bounded call. Whether Redis confirmed them all (when it did not,
+        they are remembered for later, as every invalidation is)."""
         pending: dict[str, Fence | None] = dict(fences)
         if not pending:
-            return
+            return True
 
-        async def send(client: Any) -> None:
+        async def send(client: Any) -> bool:
             items = list(pending.items())
             for start in range(0, len(items), _FLUSH_CHUNK):
                 chunk = items[start : start + _FLUSH_CHUNK]
@@ -554,8 +554,9 @@ class RedisCache:
                 else:
                     calls = [(_FENCE_SHA, k, self._fence_args(f)) for k, f in chunk if f]
                     await self._execute(client, calls)
+            return True
 
-        await self.call("invalidate", send, pending)
+        return bool(await self.call("invalidate", send, pending))
 
     async def _fence_each(self, client: Any, fences: Mapping[str, Fence | None]) -> None:
         for key, fence in fences.items():

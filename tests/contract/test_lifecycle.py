@@ -19,7 +19,16 @@ from redis.asyncio import Redis
 from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
 
-from tenxstore import AuthPolicy, ConfigError, DeleteResult, StaleStateError, parse_duration
+from tenxstore import (
+    AuthPolicy,
+    CachedCheckpointer,
+    CacheUnreachable,
+    CheckpointRepository,
+    ConfigError,
+    DeleteResult,
+    StaleStateError,
+    parse_duration,
+)
 from tenxstore.cache import cache_key
 from tenxstore.langgraph import TenxCheckpointSaver
 from tests import services
@@ -520,3 +529,31 @@ async def test_stats_count_users_rows_sizes_and_cache_keys(backend: Backend) -> 
     assert (await cp.astats(top=0)).top_users == ()
     with pytest.raises(ConfigError):
         await cp.astats(top=-1)
+
+
+@pytest.mark.parametrize("name", ["sqlite+redis", "postgresql+redis"])
+async def test_a_batch_whose_fences_redis_did_not_confirm_is_rolled_back(
+    name: str, tmp_path: Path
+) -> None:
+    async with backend_for(name, tmp_path) as backend:
+        cp = await backend.make()
+        alice = await fill(cp, "alice", 3)
+        await warm(cp, alice, "alice")
+        down = CachedCheckpointer(
+            CheckpointRepository(backend.url, schema=backend.schema),  # type: ignore[arg-type]
+            redis_url="redis://127.0.0.1:1/0",
+            key_prefix=backend.key_prefix,
+        )
+        try:
+            with pytest.raises(CacheUnreachable, match="rolled back"):
+                await down.adelete_user("alice", batch_size=2)
+            await age(backend, cp, alice)
+            with pytest.raises(CacheUnreachable):
+                await down.aprune_idle(timedelta(days=90))
+        finally:
+            await down.aclose()
+        assert all([whole(await raw_counts(backend, cp, t)) for t in alice])
+        assert await cp.aget_state_cache(cfg(alice[0])) == {"turn": 1, "of": alice[0]}
+        done = await cp.adelete_user("alice", batch_size=2)  # once Redis answers
+        assert (done.threads, done.cache_keys) == (3, 6)
+        assert all(v is None or v.startswith(FENCE) for v in await cache_values(cp, alice, "alice"))
