@@ -1,10 +1,11 @@
 """What an operator checks when something grows: who holds the threads, how big the
 tables and their indexes are, how much of them is dead rows, how many cache keys.
 
-The per-user counts are exact. Table sizes come from the database's own accounting:
+The per-user counts are exact. Table sizes come from the database's own accounting,
+asked by the backend (:meth:`~tenxstore.backends.base.Backend.footprint`):
 PostgreSQL's ``pg_table_size`` / ``pg_indexes_size`` and ``pg_stat_user_tables``
-(whose row and dead-row counts are the statistics collector's estimates, refreshed
-as autovacuum and ANALYZE run); SQLite's ``dbstat`` table where the library was built
+(whose row and dead-row counts are the statistics' estimates, refreshed as
+autovacuum and ANALYZE run); SQLite's ``dbstat`` table where the library was built
 with it, else only the whole file's pages. SQLite has no dead rows (a deleted row's
 space goes to the free list, reported as ``free_bytes``).
 """
@@ -14,8 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, func, or_, select, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .errors import ConfigError
@@ -114,18 +114,6 @@ class StoreStats:
     cache_error: str | None = None
 
 
-_PG_TABLES = text(
-    """
-    SELECT c.relname AS name, s.n_live_tup AS live, s.n_dead_tup AS dead,
-           pg_table_size(c.oid) AS table_bytes, pg_indexes_size(c.oid) AS index_bytes
-    FROM pg_class c
-    JOIN pg_namespace n ON n.oid = c.relnamespace
-    LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
-    WHERE n.nspname = COALESCE(:schema, current_schema()) AND c.relkind IN ('r', 'p')
-    """
-)
-
-
 class Stats:
     """The queries of :meth:`~tenxstore.CheckpointRepository.astats`."""
 
@@ -162,18 +150,15 @@ class Stats:
             ).scalar_one():
                 users += 1
             top_users = await self._top_users(conn, top)
-            if store.backend.dialect == "postgresql":
-                found, database_bytes, free_bytes = await self._postgres(conn, ours, exact)
-            else:
-                found, database_bytes, free_bytes = await self._sqlite(conn, ours)
+            footprint = await store.backend.footprint(conn, store.schema, ours, exact)
         return StoreStats(
             backend=store.backend.name,
             threads=threads,
             users=users,
             top_users=top_users,
-            tables=found,
-            database_bytes=database_bytes,
-            free_bytes=free_bytes,
+            tables=tuple(TableStats(table.name, *footprint.tables[table.name]) for table in ours),
+            database_bytes=footprint.database_bytes,
+            free_bytes=footprint.free_bytes,
         )
 
     async def _top_users(self, conn: AsyncConnection, top: int) -> tuple[UserStats, ...]:
@@ -217,61 +202,3 @@ class Stats:
             )
             for row in leaders
         )
-
-    async def _postgres(
-        self, conn: AsyncConnection, ours: list[Table], exact: bool
-    ) -> tuple[tuple[TableStats, ...], int | None, int | None]:
-        store = self._store
-        rows = {row.name: row for row in await conn.execute(_PG_TABLES, {"schema": store.schema})}
-        found = []
-        for table in ours:
-            row = rows.get(table.name)
-            live = None if row is None else row.live
-            if exact:
-                live = (await conn.execute(select(func.count()).select_from(table))).scalar_one()
-            found.append(
-                TableStats(
-                    table.name,
-                    live,
-                    None if row is None else row.table_bytes,
-                    None if row is None else row.index_bytes,
-                    None if row is None else row.dead,
-                )
-            )
-        size = (
-            await conn.execute(text("SELECT pg_database_size(current_database())"))
-        ).scalar_one()
-        return tuple(found), size, None
-
-    async def _sqlite(
-        self, conn: AsyncConnection, ours: list[Table]
-    ) -> tuple[tuple[TableStats, ...], int | None, int | None]:
-        page_size = (await conn.exec_driver_sql("PRAGMA page_size")).scalar_one()
-        pages = (await conn.exec_driver_sql("PRAGMA page_count")).scalar_one()
-        free = (await conn.exec_driver_sql("PRAGMA freelist_count")).scalar_one()
-        sizes: dict[str, int] | None
-        try:
-            # dbstat is a build option of SQLite (Debian's and Python's builds have it).
-            # A failed statement leaves a SQLite transaction as it was.
-            found_sizes: Any = await conn.exec_driver_sql(
-                "SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"
-            )
-            sizes = {str(row[0]): int(row[1]) for row in found_sizes}
-        except DBAPIError:
-            sizes = None
-        indexes: dict[str, list[str]] = {}
-        listed: Any = await conn.exec_driver_sql(
-            "SELECT name, tbl_name FROM sqlite_master WHERE type = 'index'"
-        )
-        for row in listed:
-            indexes.setdefault(str(row[1]), []).append(str(row[0]))
-        found = []
-        for table in ours:
-            rows = (await conn.execute(select(func.count()).select_from(table))).scalar_one()
-            if sizes is None:
-                own = index = None
-            else:
-                own = sizes.get(table.name, 0)
-                index = sum(sizes.get(i, 0) for i in indexes.get(table.name, []))
-            found.append(TableStats(table.name, rows, own, index, None))
-        return tuple(found), page_size * pages, page_size * free
