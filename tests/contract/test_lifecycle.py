@@ -210,6 +210,26 @@ async def test_a_run_that_read_before_the_erase_never_writes_into_it(backend: Ba
     assert await cp.aput_state(cfg("alice-000"), {"new": True}) == 1
 
 
+async def test_a_thread_created_while_the_erase_runs_is_erased_too(backend: Backend) -> None:
+    """The erase ends only when a pass finds no thread of the user: one the application
+    creates between two batches (a session not yet stopped) goes as well."""
+    cp = await backend.make()
+    alice = await fill(cp, "alice", 4, langgraph=False)
+    created: list[str] = []
+
+    async def meanwhile(totals: DeleteResult) -> None:
+        if totals.batches == 1:
+            await cp.aput_checkpoint(cfg("alice-late"), {"late": True}, [{"id": "m"}])
+            created.append("alice-late")
+
+    done = await cp.adelete_user("alice", batch_size=2, on_batch=meanwhile)
+    assert created == ["alice-late"]
+    assert (done.threads, done.messages) == (5, 4 * 4 + 1)
+    for thread in [*alice, "alice-late"]:
+        assert gone(await raw_counts(backend, cp, thread))
+    assert await cp.alist_threads({"user_id": "alice"}) == []
+
+
 async def test_batches_are_bounded(backend: Backend) -> None:
     cp = await backend.make()
     threads = await fill(cp, "alice", 23, langgraph=False)
