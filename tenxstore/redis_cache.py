@@ -538,25 +538,28 @@ class RedisCache:
             await self.call("invalidate", lambda client: self._fence_each(client, pending), pending)
 
     async def fence_many(self, fences: Iterable[tuple[str, Fence]]) -> bool:
-        """Fence many keys: pipelines of up to 500 scripts (side by side on a cluster),
-        all within one bounded call. Whether Redis confirmed them all (when it did not,
-        they are remembered for later, as every invalidation is)."""
-        pending: dict[str, Fence | None] = dict(fences)
-        if not pending:
-            return True
+        """Fence many keys, in pipelines of up to 500 scripts (side by side on a
+        cluster), each pipeline one bounded call. Whether Redis confirmed them all
+        (those it did not are remembered for later, as every invalidation is)."""
+        items = list(fences)
+        confirmed = True
+        for start in range(0, len(items), _FLUSH_CHUNK):
+            chunk: dict[str, Fence | None] = dict(items[start : start + _FLUSH_CHUNK])
 
-        async def send(client: Any) -> bool:
-            items = list(pending.items())
-            for start in range(0, len(items), _FLUSH_CHUNK):
-                chunk = items[start : start + _FLUSH_CHUNK]
-                if self.cluster:
-                    await asyncio.gather(*(self._invalidate(client, k, f) for k, f in chunk))
-                else:
-                    calls = [(_FENCE_SHA, k, self._fence_args(f)) for k, f in chunk if f]
-                    await self._execute(client, calls)
-            return True
+            async def send(client: Any, chunk: dict[str, Fence | None] = chunk) -> bool:
+                await self._fence_all(client, chunk)
+                return True
 
-        return bool(await self.call("invalidate", send, pending))
+            confirmed = bool(await self.call("invalidate", send, chunk)) and confirmed
+        return confirmed
+
+    async def _fence_all(self, client: Any, fences: Mapping[str, Fence | None]) -> None:
+        """Fence keys in one pipeline (side by side on a cluster)."""
+        if self.cluster:
+            await asyncio.gather(*(self._invalidate(client, k, f) for k, f in fences.items()))
+            return
+        calls = [(_FENCE_SHA, k, self._fence_args(f)) for k, f in fences.items() if f is not None]
+        await self._execute(client, calls)
 
     async def _fence_each(self, client: Any, fences: Mapping[str, Fence | None]) -> None:
         for key, fence in fences.items():

@@ -577,3 +577,19 @@ async def test_a_batch_whose_fences_redis_did_not_confirm_is_rolled_back(
         done = await cp.adelete_user("alice", batch_size=2)  # once Redis answers
         assert (done.threads, done.cache_keys) == (3, 6)
         assert all(v is None or v.startswith(FENCE) for v in await cache_values(cp, alice, "alice"))
+
+
+@pytest.mark.parametrize("name", ["sqlite+redis", "postgresql+redis"])
+async def test_a_batch_larger_than_one_redis_pipeline_fences_every_key(
+    name: str, tmp_path: Path
+) -> None:
+    async with backend_for(name, tmp_path) as backend:
+        cp = await backend.make()
+        threads = [f"t{n:04d}" for n in range(300)]  # 600 keys: two pipelines of 500
+        for thread in threads:
+            await cp.aput_state(cfg(thread), {"n": thread})  # caches the owner's entry
+        assert all(v is not None for v in (await cache_values(cp, threads, "alice"))[:300])
+        done = await cp.adelete_user("alice", batch_size=300)
+        assert (done.threads, done.batches, done.cache_keys) == (300, 1, 600)
+        values = await cache_values(cp, threads, "alice")
+        assert all(v is not None and v.startswith(FENCE) for v in values)
