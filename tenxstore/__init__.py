@@ -6,6 +6,7 @@ from importlib import metadata as _metadata
 from .backends import transaction_pooling_args
 from .cache import CachedCheckpointer
 from .errors import (
+    CacheUnreachable,
     ConfigError,
     ConnectionLost,
     DatabaseUnavailable,
@@ -21,9 +22,11 @@ from .errors import (
     ToolExecutionMismatch,
     ToolExecutionNotFound,
 )
+from .lifecycle import DeleteResult, parse_duration
 from .presets import InMemoryCheckpointer, PgCheckpointer, SqliteCheckpointer
 from .protocol import Checkpointer
 from .repository import CheckpointRepository
+from .stats import StoreStats, TableStats, UserStats
 from .types import (
     AuthPolicy,
     Commit,
@@ -41,6 +44,7 @@ from .types import (
 
 __all__ = [
     "AuthPolicy",
+    "CacheUnreachable",
     "CachedCheckpointer",
     "CheckpointRepository",
     "Checkpointer",
@@ -48,6 +52,7 @@ __all__ = [
     "ConfigError",
     "ConnectionLost",
     "DatabaseUnavailable",
+    "DeleteResult",
     "Health",
     "ImportConflict",
     "Imported",
@@ -63,6 +68,8 @@ __all__ = [
     "SqliteCheckpointer",
     "StaleStateError",
     "StateSnapshot",
+    "StoreStats",
+    "TableStats",
     "TenxStoreError",
     "ThreadExport",
     "ThreadInfo",
@@ -72,6 +79,8 @@ __all__ = [
     "ToolExecutionInProgress",
     "ToolExecutionMismatch",
     "ToolExecutionNotFound",
+    "UserStats",
+    "parse_duration",
     "transaction_pooling_args",
 ]
 

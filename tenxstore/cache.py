@@ -20,6 +20,7 @@ import time
 from base64 import urlsafe_b64encode
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 from redis.asyncio import ConnectionPool, Redis
@@ -29,12 +30,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import telemetry
 from .config import RunIds, read_config, record_read, recorded_incarnation, recorded_version
-from .errors import ConfigError, StaleStateError
+from .errors import CacheUnreachable, ConfigError, StaleStateError
 from .langgraph_tables import LangGraphTables
+from .lifecycle import DEFAULT_BATCH_SIZE, DEFAULT_SAMPLE, BatchHook, DeleteResult, ProgressHook
 from .protocol import Checkpointer
 from .redis_cache import BLANKET, INCARNATION_MEMBER, MAX_PUT_AGE, Fence, RedisCache
 from .redis_cache import decode_entry as _decode_entry
 from .serde import encode_state
+from .stats import StoreStats
 from .telemetry import traced
 from .types import (
     AuthPolicy,
@@ -662,3 +665,103 @@ class CachedCheckpointer:
             fenced = sorted(key for key in keys if key is not None)
             await self._redis.fence([(key, BLANKET) for key in fenced])
         return done
+
+    # -- data lifecycle: each batch fences its threads' entries before it commits -----
+
+    def _fencing(self, then: BatchHook | None, fenced: list[int]) -> BatchHook | None:
+        """A ``before_commit`` hook that fences the entries of the threads a batch
+        deletes (both modes, above the deleted life, as :meth:`adelete` does), then
+        calls ``then``. It runs before the batch commits: no reader can see the rows
+        gone while an entry still holds them, and a crash right after the commit
+        leaves fences, not entries (a fence lives ``FENCE_SECONDS``; after it, a
+        refill finds no row). Unlike a single delete, which fails open, a batch whose
+        fences Redis did not confirm is rolled back (:class:`CacheUnreachable`): its
+        threads would otherwise be gone with nothing left to say their entries must
+        go, and a run again would not find them."""
+        redis = self._redis
+        if redis is None:
+            return then
+
+        async def fence(gone: Sequence[Commit]) -> None:
+            fences: list[tuple[str, Fence]] = []
+            for removed in gone:
+                above = (removed.incarnation + 1, 0)  # nothing of the deleted life may land
+                for key in await self._keys(removed.thread_id, removed.user_id):
+                    if key is not None:
+                        fences.append((key, above))
+            if not await redis.fence_many(fences):
+                problem = redis.status().last_error or "Redis did not answer in time"
+                raise CacheUnreachable(
+                    f"the cache entries of {len(gone)} thread(s) could not be fenced "
+                    f"({problem}); their batch was rolled back, nothing of it deleted. "
+                    "Run the call again once Redis answers: it goes on where it stopped"
+                )
+            fenced[0] += len(fences)
+            if then is not None:
+                await then(gone)
+
+        return fence
+
+    async def adelete_user(
+        self,
+        user_id: Any,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        dry_run: bool = False,
+        sample: int = DEFAULT_SAMPLE,
+        on_batch: ProgressHook | None = None,
+        before_commit: BatchHook | None = None,
+    ) -> DeleteResult:
+        """Erase a user (see the repository), fencing the cache entries of every
+        thread in the batch that deletes it, before that batch commits."""
+        fenced = [0]
+        done = await self.inner.adelete_user(
+            user_id,
+            batch_size=batch_size,
+            dry_run=dry_run,
+            sample=sample,
+            on_batch=on_batch,
+            before_commit=self._fencing(before_commit, fenced),
+        )
+        return replace(done, cache_keys=done.cache_keys + fenced[0])
+
+    async def aprune_idle(
+        self,
+        older_than: timedelta,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        dry_run: bool = False,
+        sample: int = DEFAULT_SAMPLE,
+        on_batch: ProgressHook | None = None,
+        before_commit: BatchHook | None = None,
+    ) -> DeleteResult:
+        """Delete idle threads (see the repository), fencing their cache entries as
+        :meth:`adelete_user` does."""
+        fenced = [0]
+        done = await self.inner.aprune_idle(
+            older_than,
+            batch_size=batch_size,
+            dry_run=dry_run,
+            sample=sample,
+            on_batch=on_batch,
+            before_commit=self._fencing(before_commit, fenced),
+        )
+        return replace(done, cache_keys=done.cache_keys + fenced[0])
+
+    async def astats(self, *, top: int = 10, exact: bool = False) -> StoreStats:
+        """The repository's stats (see there), with the keys under this cache's prefix
+        (entries and fences), counted with ``SCAN`` (never ``KEYS``)."""
+        found = await self.inner.astats(top=top, exact=exact)
+        if self._redis is None:
+            return found
+        pattern = _glob_escape(await self._key_prefix()) + ":*"
+        try:
+            keys = await self._redis.count_keys(pattern)
+        except Exception as exc:  # a report reports; the cache fails open everywhere
+            return replace(found, cache_error=f"{type(exc).__name__}: {exc}")
+        return replace(found, cache_keys=keys)
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` matched literally by a Redis glob."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)

@@ -478,10 +478,21 @@ async def demo(
     )
 
 
+# The data-lifecycle commands (delete-user, prune, stats) live in their own module,
+# which uses the helpers above. Under `python -m tenxstore.cli` this file runs as
+# __main__ and hands over to the package's own module (below) instead.
+if __name__ != "__main__":
+    from . import cli_ops as _cli_ops
+
+    _cli_ops.register(app)
+
+
 def main() -> None:
     """Entry point of the ``tenxstore`` console script."""
     app()
 
 
 if __name__ == "__main__":
-    main()
+    from tenxstore.cli import main as _main  # one copy of the app, with every command
+
+    _main()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "CacheUnreachable",
     "ConfigError",
     "ConnectionLost",
     "DatabaseUnavailable",
@@ -235,6 +236,12 @@ class ToolExecutionClaimLost(TenxStoreError):
             self.replaced,
         )
         return (type(self), args)
+
+
+class CacheUnreachable(TenxStoreError):
+    """A bulk delete (an erase, a prune) could not fence the cache entries of a batch:
+    Redis did not answer. That batch was rolled back (nothing of it deleted; the
+    batches before it are done); run the call again once Redis answers."""
 
 
 def _rebuild_stale(

@@ -10,9 +10,12 @@ inheritance needed.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from datetime import timedelta
 from typing import Any, Protocol
 
 from .langgraph_tables import LangGraphTables
+from .lifecycle import BatchHook, DeleteResult, ProgressHook
+from .stats import StoreStats
 from .types import (
     Commit,
     Health,
@@ -197,3 +200,30 @@ class Checkpointer(Protocol):
         self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
     ) -> list[Imported]:
         """``aimport_threads`` returning what each import did."""
+
+    async def adelete_user(
+        self,
+        user_id: Any,
+        *,
+        batch_size: int = ...,
+        dry_run: bool = False,
+        sample: int = ...,
+        on_batch: ProgressHook | None = None,
+        before_commit: BatchHook | None = None,
+    ) -> DeleteResult:
+        """Erase every thread of a user, in batches."""
+
+    async def aprune_idle(
+        self,
+        older_than: timedelta,
+        *,
+        batch_size: int = ...,
+        dry_run: bool = False,
+        sample: int = ...,
+        on_batch: ProgressHook | None = None,
+        before_commit: BatchHook | None = None,
+    ) -> DeleteResult:
+        """Delete the threads not used for ``older_than``, in batches."""
+
+    async def astats(self, *, top: int = 10, exact: bool = False) -> StoreStats:
+        """What the store holds."""

@@ -545,6 +545,30 @@ class RedisCache:
         if pending:
             await self.call("invalidate", lambda client: self._fence_each(client, pending), pending)
 
+    async def fence_many(self, fences: Iterable[tuple[str, Fence]]) -> bool:
+        """Fence many keys, in pipelines of up to 500 scripts (side by side on a
+        cluster), each pipeline one bounded call. Whether Redis confirmed them all
+        (those it did not are remembered for later, as every invalidation is)."""
+        items = list(fences)
+        confirmed = True
+        for start in range(0, len(items), _FLUSH_CHUNK):
+            chunk: dict[str, Fence | None] = dict(items[start : start + _FLUSH_CHUNK])
+
+            async def send(client: Any, chunk: dict[str, Fence | None] = chunk) -> bool:
+                await self._fence_all(client, chunk)
+                return True
+
+            confirmed = bool(await self.call("invalidate", send, chunk)) and confirmed
+        return confirmed
+
+    async def _fence_all(self, client: Any, fences: Mapping[str, Fence | None]) -> None:
+        """Fence keys in one pipeline (side by side on a cluster)."""
+        if self.cluster:
+            await asyncio.gather(*(self._invalidate(client, k, f) for k, f in fences.items()))
+            return
+        calls = [(_FENCE_SHA, k, self._fence_args(f)) for k, f in fences.items() if f is not None]
+        await self._execute(client, calls)
+
     async def _fence_each(self, client: Any, fences: Mapping[str, Fence | None]) -> None:
         for key, fence in fences.items():
             await self._invalidate(client, key, fence)
@@ -558,6 +582,25 @@ class RedisCache:
     async def _drop_each(self, client: Any, keys: Iterable[str]) -> None:
         for key in keys:
             await self._eval(client, _DROP_SHA, DROP_SCRIPT, key, [])
+
+    async def count_keys(self, pattern: str, page_timeout: float = 5.0) -> int:
+        """Keys matching the glob ``pattern``, by ``SCAN`` pages of 1000, each bounded
+        by ``page_timeout`` (never ``KEYS``: it blocks Redis). For reports: a failure
+        is raised, not swallowed."""
+        client = await self._clients.get()
+        count = 0
+        if self.cluster:  # redis-py walks every primary
+            async for _ in client.scan_iter(match=pattern, count=1000):
+                count += 1
+            return count
+        cursor = 0
+        while True:
+            cursor, page = await asyncio.wait_for(
+                client.scan(cursor, match=pattern, count=1000), page_timeout
+            )
+            count += len(page)
+            if cursor == 0:
+                return count
 
     async def aclose(self) -> None:
         """Close the running loop's client, if this class created it."""

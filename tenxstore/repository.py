@@ -29,9 +29,18 @@ from .errors import ConfigError, SerializationError, StaleStateError, TenxStoreE
 from .exports import ThreadExports
 from .langgraph_tables import LangGraphTables
 from .ledger import ToolLedger
+from .lifecycle import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_SAMPLE,
+    BatchHook,
+    DeleteResult,
+    Lifecycle,
+    ProgressHook,
+)
 from .models import tables_for
 from .serde import decode, encode, encode_state
 from .statements import Statements, snapshot_of, thread_info
+from .stats import Stats, StoreStats
 from .store import Settings, Store
 from .telemetry import traced
 from .types import (
@@ -144,6 +153,10 @@ class CheckpointRepository:
         """Whole-thread export and import (:class:`~tenxstore.exports.ThreadExports`)."""
         self.langgraph = LangGraphTables(store)
         """LangGraph's tables (:class:`~tenxstore.langgraph_tables.LangGraphTables`)."""
+        self.lifecycle = Lifecycle(store)
+        """Erasing users and retiring idle threads (:class:`~tenxstore.lifecycle.Lifecycle`)."""
+        self.stats = Stats(store)
+        """What the store holds (:class:`~tenxstore.stats.Stats`)."""
 
     # -- identity and lifecycle --------------------------------------------------------
 
@@ -672,3 +685,107 @@ class CheckpointRepository:
         """:meth:`aimport_threads`, returning what each import did (with the life it
         replaced), as a cache needs to know it."""
         return await self.exports.aimport(exports, on_conflict=on_conflict)
+
+    # -- data lifecycle (see Lifecycle) and stats ---------------------------------------
+
+    async def adelete_user(
+        self,
+        user_id: Any,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        dry_run: bool = False,
+        sample: int = DEFAULT_SAMPLE,
+        on_batch: ProgressHook | None = None,
+        before_commit: BatchHook | None = None,
+    ) -> DeleteResult:
+        """Erase a user: delete every thread ``user_id`` owns, with its states,
+        messages, tool executions and LangGraph checkpoints, writes and values.
+
+        Works in batches of ``batch_size`` threads, each its own short transaction
+        that locks its threads, deletes them whole and commits: a thread is either
+        whole or gone, never half deleted. After a crash, call it again: it deletes
+        what is left. It ends when a pass finds no thread of the user; a thread the
+        application creates for the user after that pass is a new thread (stop the
+        user's sessions first). A run that read one of the threads before it was
+        deleted can never write into it again (``StaleStateError``).
+
+        Args:
+            user_id: The user (validated as ``config["user_id"]`` is).
+            batch_size: Threads per transaction (1 to 5000).
+            dry_run: Delete nothing; count what would go, with a ``sample``.
+            sample: Threads listed in a dry run's result.
+            on_batch: Called after each batch commits with the totals so far (sync or
+                async); if it raises, the call stops there.
+            before_commit: Awaited inside each batch's transaction before it commits,
+                with the threads it deletes (a cache decorator fences them here).
+
+        Returns:
+            The rows deleted, by kind (:class:`DeleteResult`).
+
+        Raises:
+            ConfigError: A bad ``user_id``, ``batch_size`` or ``sample``.
+            LockTimeout: A thread stayed locked by a writer longer than
+                ``lock_timeout``; the batches before it are done (call again).
+        """
+        return await self.lifecycle.adelete_user(
+            user_id,
+            batch_size=batch_size,
+            dry_run=dry_run,
+            sample=sample,
+            on_batch=on_batch,
+            before_commit=before_commit,
+        )
+
+    async def aprune_idle(
+        self,
+        older_than: timedelta,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        dry_run: bool = False,
+        sample: int = DEFAULT_SAMPLE,
+        on_batch: ProgressHook | None = None,
+        before_commit: BatchHook | None = None,
+    ) -> DeleteResult:
+        """Retention: delete every thread (of every user) not used for ``older_than``.
+
+        A thread is idle when neither its record nor its state was written since
+        then (``updated_at``), no LangGraph checkpoint was written and no tool call
+        was claimed or finished. Each batch locks its threads and asks again under
+        the lock, so a thread used while the prune runs is kept (``skipped``).
+        Batched, resumable and with ``on_batch`` / ``before_commit`` as
+        :meth:`adelete_user`.
+
+        Args:
+            older_than: The idle time, e.g. ``timedelta(days=90)``
+                (:func:`tenxstore.parse_duration` reads ``"90d"``).
+            batch_size: Threads per transaction (1 to 5000).
+            dry_run: Delete nothing; count what would go, with a ``sample`` of the
+                least recently updated threads.
+            sample: Threads listed in a dry run's result.
+            on_batch: Called after each batch commits with the totals so far.
+            before_commit: Awaited inside each batch's transaction before it commits.
+
+        Raises:
+            ConfigError: ``older_than`` is not a positive ``timedelta``, or a bad
+                ``batch_size`` or ``sample``.
+        """
+        return await self.lifecycle.aprune_idle(
+            older_than,
+            batch_size=batch_size,
+            dry_run=dry_run,
+            sample=sample,
+            on_batch=on_batch,
+            before_commit=before_commit,
+        )
+
+    async def astats(self, *, top: int = 10, exact: bool = False) -> StoreStats:
+        """What the store holds: threads, the ``top`` users by threads (with their
+        states, messages, tool calls and checkpoints, counted exactly), each table's
+        and its indexes' bytes, dead rows (PostgreSQL), the database's size.
+
+        Args:
+            top: How many users to list (0 to 10000).
+            exact: Count each table's rows on PostgreSQL too (a scan of each table)
+                instead of taking the statistics' estimate.
+        """
+        return await self.stats.astats(top=top, exact=exact)

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(python|sh)\n(.*?)^```", re.M | re.S)
 README_TEXT = (ROOT / "README.md").read_text()
-SCHEMAS = ("howto_swap", "howto_moved", "deploy_sample", "deploy_pooled")
+SCHEMAS = ("howto_swap", "howto_moved", "deploy_sample", "deploy_pooled", "operations_sample")
 
 
 def samples() -> list[tuple[str, str, str]]:

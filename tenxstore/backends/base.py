@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, ClassVar, Literal, NamedTuple
 
-from sqlalchemy import Table, event
+from sqlalchemy import Table, event, func, select
 from sqlalchemy.engine import URL, Row
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -43,9 +43,11 @@ __all__ = [
     "Borrowed",
     "DialectName",
     "EngineSet",
+    "Footprint",
     "Head",
     "HeadWrite",
     "StateWrite",
+    "TableSizes",
     "timeout_ms",
 ]
 
@@ -133,6 +135,23 @@ class Head(NamedTuple):
     incarnation: int
     user_id: Any
     state: str | None
+
+
+class TableSizes(NamedTuple):
+    """One table as the database accounts for it (None: it cannot say)."""
+
+    rows: int | None
+    table_bytes: int | None
+    index_bytes: int | None
+    dead_rows: int | None
+
+
+class Footprint(NamedTuple):
+    """The store's tables on disk (see :meth:`Backend.footprint`)."""
+
+    tables: dict[str, TableSizes]
+    database_bytes: int | None
+    free_bytes: int | None
 
 
 StateWrite = dict[str, Any]
@@ -500,6 +519,17 @@ class Backend(ABC):
         to it. A store's id is written into the database, so a copy has its
         original's: the two together name one store. Empty when nothing can."""
         return ""
+
+    async def footprint(
+        self, conn: AsyncConnection, schema: str | None, tables: Sequence[Table], exact: bool
+    ) -> Footprint:
+        """The tables' rows and bytes, dead rows, the database's size and free space,
+        as far as this database can tell (rows counted exactly where it cannot)."""
+        found = {}
+        for table in tables:
+            rows = (await conn.execute(select(func.count()).select_from(table))).scalar_one()
+            found[table.name] = TableSizes(rows, None, None, None)
+        return Footprint(found, None, None)
 
     # -- the hot path: a head read and a state write -----------------------------------
 

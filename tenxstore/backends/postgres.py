@@ -24,7 +24,7 @@ import contextlib
 import itertools
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from typing import Any
@@ -55,7 +55,7 @@ from sqlalchemy.sql.elements import BindParameter
 from .. import telemetry
 from ..errors import ConfigError, ConnectionLost
 from ..models import Tables
-from .base import Backend, Head, HeadWrite, StateWrite, timeout_ms
+from .base import Backend, Footprint, Head, HeadWrite, StateWrite, TableSizes, timeout_ms
 from .driver import DriverStatement
 
 log = logging.getLogger(__name__)
@@ -512,6 +512,39 @@ class PostgresBackend(Backend):
             )
         ).one()
         return f"{row[0] or ''}/{row[1]}/{row[2]}"
+
+    async def footprint(
+        self, conn: AsyncConnection, schema: str | None, tables: Sequence[Table], exact: bool
+    ) -> Footprint:
+        """Sizes from ``pg_table_size`` (with TOAST) and ``pg_indexes_size``; live and
+        dead rows from ``pg_stat_user_tables`` (the statistics' estimates), or live rows
+        counted with ``exact``."""
+        rows = {
+            row.name: row
+            for row in await conn.execute(
+                text(
+                    "SELECT c.relname AS name, s.n_live_tup AS live, s.n_dead_tup AS dead,"
+                    " pg_table_size(c.oid) AS table_bytes, pg_indexes_size(c.oid) AS index_bytes"
+                    " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                    " LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid"
+                    " WHERE n.nspname = COALESCE(:schema, current_schema())"
+                    " AND c.relkind IN ('r', 'p')"
+                ),
+                {"schema": schema},
+            )
+        }
+        found = {}
+        for table in tables:
+            row = rows.get(table.name)
+            live = None if row is None else row.live
+            if exact:
+                live = (await conn.execute(select(func.count()).select_from(table))).scalar_one()
+            if row is None:
+                found[table.name] = TableSizes(live, None, None, None)
+            else:
+                found[table.name] = TableSizes(live, row.table_bytes, row.index_bytes, row.dead)
+        size = await conn.execute(text("SELECT pg_database_size(current_database())"))
+        return Footprint(found, size.scalar_one(), None)
 
     async def clock(self, conn: AsyncConnection) -> datetime:
         """The server's ``clock_timestamp()``: every worker's leases on one clock."""

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import Table, bindparam, create_engine, event, insert
+from sqlalchemy import Table, bindparam, create_engine, event, func, insert, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -39,7 +39,7 @@ from sqlalchemy.sql.expression import Executable
 
 from .. import telemetry
 from ..loops import CrossLoopLock
-from .base import Backend, Head, HeadWrite, StateWrite, timeout_ms
+from .base import Backend, Footprint, Head, HeadWrite, StateWrite, TableSizes, timeout_ms
 from .driver import DriverStatement
 
 log = logging.getLogger(__name__)
@@ -421,6 +421,39 @@ class SqliteBackend(Backend):
 
     async def identity(self, conn: AsyncConnection, schema: str | None) -> str:
         return await _file_identity(conn)
+
+    async def footprint(
+        self, conn: AsyncConnection, schema: str | None, tables: Sequence[Table], exact: bool
+    ) -> Footprint:
+        """Rows counted; each table's and its indexes' pages from ``dbstat`` (a build
+        option SQLite usually has; without it, only the file's pages); no dead rows
+        (deleted rows' pages go to the free list, reported as free bytes)."""
+        page_size = (await conn.exec_driver_sql("PRAGMA page_size")).scalar_one()
+        pages = (await conn.exec_driver_sql("PRAGMA page_count")).scalar_one()
+        free = (await conn.exec_driver_sql("PRAGMA freelist_count")).scalar_one()
+        sizes: dict[str, int] | None
+        try:  # a failed statement leaves a SQLite transaction as it was
+            found_sizes: Any = await conn.exec_driver_sql(
+                "SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"
+            )
+            sizes = {str(row[0]): int(row[1]) for row in found_sizes}
+        except DBAPIError:
+            sizes = None
+        indexes: dict[str, list[str]] = {}
+        listed: Any = await conn.exec_driver_sql(
+            "SELECT name, tbl_name FROM sqlite_master WHERE type = 'index'"
+        )
+        for row in listed:
+            indexes.setdefault(str(row[1]), []).append(str(row[0]))
+        found = {}
+        for table in tables:
+            rows = (await conn.execute(select(func.count()).select_from(table))).scalar_one()
+            if sizes is None:
+                found[table.name] = TableSizes(rows, None, None, None)
+            else:
+                index = sum(sizes.get(i, 0) for i in indexes.get(table.name, []))
+                found[table.name] = TableSizes(rows, sizes.get(table.name, 0), index, None)
+        return Footprint(found, page_size * pages, page_size * free)
 
     def bind(self, sql: Any) -> None:
         super().bind(sql)
