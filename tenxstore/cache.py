@@ -702,6 +702,7 @@ class CachedCheckpointer:
 
         return fence
 
+    @traced(write=True)
     async def adelete_user(
         self,
         user_id: Any,
@@ -725,6 +726,7 @@ class CachedCheckpointer:
         )
         return replace(done, cache_keys=done.cache_keys + fenced[0])
 
+    @traced(write=True)
     async def aprune_idle(
         self,
         older_than: timedelta,
@@ -748,6 +750,7 @@ class CachedCheckpointer:
         )
         return replace(done, cache_keys=done.cache_keys + fenced[0])
 
+    @traced()
     async def astats(self, *, top: int = 10, exact: bool = False) -> StoreStats:
         """The repository's stats (see there), with the keys under this cache's prefix
         (entries and fences), counted with ``SCAN`` (never ``KEYS``)."""

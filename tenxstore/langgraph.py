@@ -239,7 +239,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         kept = {
             ch: v
             for ch, v in checkpoint["channel_versions"].items()
-            if not (isinstance(v, str) and versions.get(ch) == v)
+            if not (isinstance(v, str) and v != "" and versions.get(ch) == v)
         }
         typed = self.serde.dumps_typed(
             {**checkpoint, "channel_values": inline, "channel_versions": kept}

@@ -221,12 +221,20 @@ def _chain(store: Store, thread: Any, ns: Any, named: Any) -> Any:
 
 
 _HISTORY_CHANNELS = 8  # a DeltaChannel history of at most this many channels: one statement
-_HISTORY_DEPTH = 4096  # ancestors one statement walks (beyond: batches of _WALK)
+_HISTORY_DEPTH = 10_000  # ancestors one statement walks (beyond: batches of _WALK)
 # the columns of a history statement's rows: kind 0 an ancestor, 1 a write, 2 a value
 _HISTORY_COLUMNS = (
     "kind", "checkpoint_id", "depth", "came", "rest", "versions", "task_id", "channel",
     "type", "value", "version", "base", "splice", "skip", "uid", "task_path", "idx",
 )  # fmt: skip
+
+
+def _verbatim_in_json(name: str) -> bool:
+    """Whether JSON text holds ``name`` as it is (no escape), as a SQLite JSON path
+    must name a key: no control character, quote, backslash or lone surrogate."""
+    return all(
+        char >= " " and char not in '"\\' and not "\ud800" <= char <= "\udfff" for char in name
+    )
 
 
 def _history_statement(store: Store, scoped: bool, count: int) -> Any:
@@ -1751,7 +1759,7 @@ class LangGraphTables:
         ids = store.ids(config)
         asked = sorted(channels)
         if 0 < len(asked) <= _HISTORY_CHANNELS and all(
-            len(ch) <= KEY and '"' not in ch and "\\" not in ch for ch in asked
+            len(ch) <= KEY and _verbatim_in_json(ch) for ch in asked
         ):
             at_once = await self._history_at_once(ids, ns, checkpoint_id, asked)
             if at_once is not None:

@@ -688,6 +688,7 @@ class CheckpointRepository:
 
     # -- data lifecycle (see Lifecycle) and stats ---------------------------------------
 
+    @traced(write=True)
     async def adelete_user(
         self,
         user_id: Any,
@@ -736,6 +737,7 @@ class CheckpointRepository:
             before_commit=before_commit,
         )
 
+    @traced(write=True)
     async def aprune_idle(
         self,
         older_than: timedelta,
@@ -778,6 +780,7 @@ class CheckpointRepository:
             before_commit=before_commit,
         )
 
+    @traced()
     async def astats(self, *, top: int = 10, exact: bool = False) -> StoreStats:
         """What the store holds: threads, the ``top`` users by threads (with their
         states, messages, tool calls and checkpoints, counted exactly), each table's

@@ -442,6 +442,38 @@ async def test_delta_channel_history_of_every_checkpoint_as_langgraph_reads_it(
         assert found == {"turns": {"writes": []}}
 
 
+async def _turned_into_a_delta_channel(saver: Any, name: str) -> Any:
+    """A list channel written whole three times, then declared a DeltaChannel (a
+    thread from before the graph adopted it): its value is the last whole one plus
+    the writes since, not every write from the start."""
+
+    def graph(delta: bool) -> Any:
+        kind: Any = Annotated[list, DeltaChannel(_extend)] if delta else list
+        state: Any = TypedDict("State", {name: kind})  # type: ignore[misc]
+        node = (lambda s: {name: ["x"]}) if delta else (lambda s: {name: ["a", "b"]})
+        built = StateGraph(state).add_node("n", node).add_edge(START, "n").add_edge("n", END)
+        return built.compile(checkpointer=saver)
+
+    for _ in range(3):
+        await graph(False).ainvoke({name: ["a", "b"]}, run("t"))
+    adopted = graph(True)
+    await adopted.ainvoke({name: ["y"]}, run("t"))
+    return (await adopted.aget_state(run("t"))).values
+
+
+@pytest.mark.parametrize("name", ["plain", "tab\there", 'quote"d', "back\\slash", "caf\u00e9"])
+async def test_a_delta_channel_of_any_name_reads_as_langgraph_wrote_it(
+    backend: Backend, name: str
+) -> None:
+    """Any channel name (escaped in JSON or not) finds its stored value: the one
+    statement takes only names JSON holds verbatim, the others the long way."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    expected = await _turned_into_a_delta_channel(InMemorySaver(), name)
+    assert expected == {name: ["a", "b", "y", "x"]}
+    assert await _turned_into_a_delta_channel(await saver_for(backend), name) == expected
+
+
 async def test_bounded_history_keeps_a_branch_left_at_an_interrupt(backend: Backend) -> None:
     """Heads of abandoned branches go with the history (a "regenerate" button does
     not grow it), except a head left at an interrupt: it can still be resumed."""

@@ -150,7 +150,8 @@ async def test_channel_versions_read_back_exactly_and_are_stored_once(
     sql_backend: Backend,
 ) -> None:
     """A checkpoint's channel versions read back as put — strings, integers, a float,
-    a None value's version, a channel name too long for the table's key — while a
+    a None value's version, an empty string (the mark of a None value inline), a
+    channel name too long for the table's key — while a
     version the row's ``versions`` names is not stored again in the checkpoint blob."""
     cp = await sql_backend.make(enforce_user_isolation=False)
     saver = TenxCheckpointSaver(cp)
@@ -162,7 +163,9 @@ async def test_channel_versions_read_back_exactly_and_are_stored_once(
         "count": 7,
         "none": "00000000000000000000000000000004.0.5",
         long_name: 2.5,
+        "empty": "",
     }
+    checkpoint["channel_values"]["empty"] = "e"
     put = await saver.aput(run(), checkpoint, {"source": "input", "step": -1}, {})
     for reader in (
         saver,
@@ -180,6 +183,7 @@ async def test_channel_versions_read_back_exactly_and_are_stored_once(
         "count": 7,
         "none": "00000000000000000000000000000004.0.5",
         long_name: 2.5,
+        "empty": "",
     }
 
 
