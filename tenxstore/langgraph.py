@@ -234,8 +234,9 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             if len(ch) <= KEY and len(str(v)) <= KEY
         }
         inline = {ch: v for ch, v in channel_values.items() if versions.get(ch, "") == ""}
-        # A version the row's ``versions`` names exactly is not stored again in the
-        # blob (restored from it on read): ~60 bytes a channel on every checkpoint.
+        # A version the row's ``versions`` names exactly is not stored again in a
+        # msgpack blob (restored from it on read; migration 0007 can write it back):
+        # ~60 bytes a channel on every checkpoint.
         kept = {
             ch: v
             for ch, v in checkpoint["channel_versions"].items()
@@ -244,6 +245,8 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         typed = self.serde.dumps_typed(
             {**checkpoint, "channel_values": inline, "channel_versions": kept}
         )
+        if typed[0] != "msgpack" and len(kept) < len(checkpoint["channel_versions"]):
+            typed = self.serde.dumps_typed({**checkpoint, "channel_values": inline})
         values = Values(
             versions=versions,
             stored=frozenset(ch for ch in channel_values if versions.get(ch, "") != ""),

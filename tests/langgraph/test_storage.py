@@ -389,6 +389,29 @@ async def test_a_downgrade_writes_every_value_whole(tmp_path: Path) -> None:
         await again.aclose()
 
 
+async def test_a_downgrade_writes_the_channel_versions_back(sql_backend: Backend) -> None:
+    """Below 0007 every checkpoint blob holds its channel versions again (an older
+    tenxstore reads them there), a None value's and an unnamed one's included; up
+    again, every checkpoint reads back as before."""
+    cp = await sql_backend.make(enforce_user_isolation=False)
+    saver = TenxCheckpointSaver(cp, history_limit=None)
+    graph = chat(saver)
+    for n in range(4):
+        await graph.ainvoke({"messages": [HumanMessage(f"message {n}", id=f"h{n}")]}, run())
+    before = [t.checkpoint async for t in saver.alist(run())]
+    await migrate.downgrade(cp.backend, revision="0006_langgraph_deltas", schema=sql_backend.schema)
+    table = blobs_table(sql_backend).replace("lg_blobs", "lg_checkpoints")
+    async with cp.engine.connect() as conn:
+        found = await conn.execute(
+            text(f"SELECT type, checkpoint FROM {table} ORDER BY checkpoint_id DESC")
+        )
+        raw = [JsonPlusSerializer().loads_typed((r.type, bytes(r.checkpoint))) for r in found]
+    assert [c["channel_versions"] for c in raw] == [c["channel_versions"] for c in before]
+    await migrate.upgrade(cp.backend, schema=sql_backend.schema, revision="head")
+    again = TenxCheckpointSaver(await sql_backend.make(enforce_user_isolation=False))
+    assert [t.checkpoint async for t in again.alist(run())] == before
+
+
 def test_a_delta_is_exactly_the_bytes_appended() -> None:
     serde = JsonPlusSerializer()
     values: list[Any] = []
