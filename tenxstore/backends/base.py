@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, ClassVar, Literal, NamedTuple
 
+import asyncpg
 from sqlalchemy import Table, event
 from sqlalchemy.engine import URL, Row
 from sqlalchemy.exc import DBAPIError
@@ -60,6 +61,15 @@ _SQLITE_MESSAGES = (
     ("unable to open database file", SQLITE_CANTOPEN),
 )
 DEFAULT_LOCK_TIMEOUT_S = 30.0
+# What opening a connection may raise. SQLAlchemy 2.1 wraps the driver's refusal in
+# DBAPIError; 2.0 (the line Python 3.10 gets) lets asyncpg's own error through.
+_OPENING_ERRORS: tuple[type[BaseException], ...] = (
+    DBAPIError,
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+)
 _FOREVER_MS = 2**31 - 1
 
 
@@ -606,7 +616,7 @@ class Backend(ABC):
                 async with engines.borrowed.checkout():
                     await conn.start()
                 break
-            except (DBAPIError, OSError, asyncio.TimeoutError) as exc:
+            except _OPENING_ERRORS as exc:
                 failure = self.opening_failed(exc)
                 # Nothing of the caller's work was sent: a connection that broke while it
                 # was being set up is opened once more; a refusal is final.
