@@ -11,9 +11,6 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-
-pytest.importorskip("langgraph.graph", reason="the bench extra is not installed")
-
 from langgraph.channels import DeltaChannel
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send, interrupt
