@@ -20,6 +20,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar, NamedTuple
 
+import sqlalchemy
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -84,6 +85,15 @@ class Base(DeclarativeBase):
     }
 
 
+# Migration 0004 sets the threads table's fillfactor; SQLAlchemy 2.1 can also state it
+# on the table, 2.0 (the line Python 3.10 gets) refuses the keyword.
+_HOT_UPDATES: dict[str, Any] = (
+    {"postgresql_with": {"fillfactor": 90}}
+    if tuple(int(p) for p in sqlalchemy.__version__.split(".")[:2]) >= (2, 1)
+    else {}
+)
+
+
 class ThreadRow(Base):
     """One conversation: its owner, record and head version."""
 
@@ -104,10 +114,7 @@ class ThreadRow(Base):
 
     # user_id alone: an index on updated_at would make every version bump a non-HOT
     # update on PostgreSQL (migration 0004); fillfactor leaves room for HOT updates.
-    __table_args__ = (
-        Index("ix_threads_user_id", "user_id"),
-        {"postgresql_with": {"fillfactor": 90}},
-    )
+    __table_args__ = (Index("ix_threads_user_id", "user_id"), _HOT_UPDATES)
 
 
 class StateRow(Base):

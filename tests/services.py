@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import importlib
 import os
 import random
 import shutil
@@ -95,6 +96,19 @@ def _required(what: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{what} is required in CI (.ci/run installs it)", pytrace=False)
     pytest.skip(f"{what} is not installed")
+
+
+def require_modules(extra: str, *modules: str) -> None:
+    """Modules of an optional extra that a test needs: fail under CI (where .ci/run
+    installs the extra), skip elsewhere, naming the extra that brings them."""
+    missing = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        _required(f"the {extra} extra ({', '.join(missing)}: pip install -e '.[{extra}]')")
 
 
 @functools.cache

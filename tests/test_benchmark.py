@@ -12,10 +12,16 @@ import pytest
 from tests import services
 
 ROOT = Path(__file__).resolve().parents[1]
+# What the benchmarks import from the bench extra: LangGraph's own savers to compare
+# with (psycopg comes with the PostgreSQL one) and matplotlib for the plots.
+PG_SAVER, SQLITE_SAVER, PLOTS = (
+    "langgraph.checkpoint.postgres",
+    "langgraph.checkpoint.sqlite",
+    "matplotlib",
+)
 
 
 def run_benchmark(script: str, *args: str) -> None:
-    pytest.importorskip("matplotlib", reason="the bench extra is not installed")
     env = {
         **os.environ,
         "TENXSTORE_BENCH_PG_URL": services.pg_url(),
@@ -33,7 +39,7 @@ def run_benchmark(script: str, *args: str) -> None:
 
 @pytest.mark.slow
 def test_benchmark_smoke(tmp_path: Path) -> None:
-    pytest.importorskip("langgraph.checkpoint.postgres", reason="the bench extra is not installed")
+    services.require_modules("bench", PG_SAVER, PLOTS)
     out = tmp_path / "bench.md"
     run_benchmark(
         "conversation.py",
@@ -49,6 +55,7 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_floors_smoke(tmp_path: Path) -> None:
+    services.require_modules("bench", PLOTS)
     out = tmp_path / "floors.md"
     run_benchmark(
         "floors.py",
@@ -64,7 +71,7 @@ def test_floors_smoke(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_langgraph_chat_smoke(tmp_path: Path) -> None:
     """#16's workload: a real chat graph on every saver (each checks the messages)."""
-    pytest.importorskip("langgraph.checkpoint.sqlite", reason="the bench extra is not installed")
+    services.require_modules("bench", PG_SAVER, SQLITE_SAVER, PLOTS)
     out = tmp_path / "lg.json"
     run_benchmark(
         "langgraph_chat.py", "--quick", "--plot", str(tmp_path / "lg.png"), "--json", str(out)
@@ -77,6 +84,7 @@ def test_langgraph_chat_smoke(tmp_path: Path) -> None:
 @pytest.mark.parametrize("saver", ["memory", "pg", "sqlite"])
 def test_langgraph_turn_smoke(saver: str) -> None:
     """Where a turn goes: one saver alone (and its profile)."""
+    services.require_modules("bench", PG_SAVER)  # langgraph_chat.py, which it imports
     run_benchmark("langgraph_turn.py", saver, "--turns", "3", "--profile")
 
 

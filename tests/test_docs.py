@@ -36,9 +36,10 @@ def test_sample_runs(where: str, language: str, code: str, tmp_path: Path) -> No
         **os.environ,
         "TENXSTORE_DATABASE_URL": services.pg_url(),
         "TENXSTORE_REDIS_URL": services.redis_url(),
-        "TENXSTORE_PGBOUNCER_URL": services.pgbouncer_url(),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
+    if "TENXSTORE_PGBOUNCER_URL" in code:  # only these samples need a PgBouncer
+        env["TENXSTORE_PGBOUNCER_URL"] = services.pgbouncer_url()
     env.pop("TENXSTORE_SCHEMA", None)
     if language == "python":
         command = [sys.executable, "-c", code]

@@ -14,6 +14,7 @@ import asyncio
 import collections
 import logging
 import socket
+import sqlite3
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, ClassVar, Literal, NamedTuple
 
+import asyncpg
 from sqlalchemy import Table, event, func, select
 from sqlalchemy.engine import URL, Row
 from sqlalchemy.exc import DBAPIError
@@ -48,15 +50,51 @@ __all__ = [
     "HeadWrite",
     "StateWrite",
     "TableSizes",
+    "sqlite_code",
     "timeout_ms",
 ]
 
 log = logging.getLogger(__name__)
 
 DialectName = Literal["postgresql", "sqlite"]
-_SQLITE_CANTOPEN = 14
+# SQLite's primary result codes that tenxstore acts on, and the messages SQLite gives
+# them (sqlite3_errmsg: a locked table or schema may name itself after a colon).
+SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CANTOPEN = 5, 6, 14
+_SQLITE_MESSAGES = (
+    ("database is locked", SQLITE_BUSY),
+    ("database table is locked", SQLITE_LOCKED),
+    ("database schema is locked", SQLITE_LOCKED),
+    ("unable to open database file", SQLITE_CANTOPEN),
+)
 DEFAULT_LOCK_TIMEOUT_S = 30.0
+# What opening a connection may raise. SQLAlchemy 2.1 wraps the driver's refusal in
+# DBAPIError; 2.0 (the line Python 3.10 gets) lets asyncpg's own error through.
+_OPENING_ERRORS: tuple[type[BaseException], ...] = (
+    DBAPIError,
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+)
 _FOREVER_MS = 2**31 - 1
+
+
+def sqlite_code(exc: BaseException | None) -> int | None:
+    """SQLite's primary result code behind a :mod:`sqlite3` error, or None.
+
+    Python 3.11+ gives it as ``sqlite_errorcode`` (perhaps extended: the low byte is
+    the primary code); Python 3.10 gives only SQLite's message, which names the codes
+    above exactly as SQLite words them."""
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF
+    message = str(exc)
+    for words, primary in _SQLITE_MESSAGES:
+        if message.startswith(words):
+            return primary
+    return None
 
 
 def timeout_ms(lock_timeout: float | None) -> int:
@@ -98,8 +136,7 @@ def _refusal(exc: BaseException) -> str | None:
     state = _sqlstate(exc)
     if state in _REFUSALS:
         return _REFUSALS[state]
-    code = getattr(getattr(exc, "orig", None), "sqlite_errorcode", None)
-    if code == _SQLITE_CANTOPEN:
+    if sqlite_code(getattr(exc, "orig", None)) == SQLITE_CANTOPEN:
         return "SQLite cannot open the file: does its directory exist, and may we write it?"
     if isinstance(exc, OSError) and not isinstance(exc, ConnectionError):
         return f"cannot connect ({exc.strerror or exc})"
@@ -614,7 +651,7 @@ class Backend(ABC):
                 async with engines.borrowed.checkout():
                     await conn.start()
                 break
-            except (DBAPIError, OSError, asyncio.TimeoutError) as exc:
+            except _OPENING_ERRORS as exc:
                 failure = self.opening_failed(exc)
                 # Nothing of the caller's work was sent: a connection that broke while it
                 # was being set up is opened once more; a refusal is final.

@@ -39,7 +39,19 @@ from sqlalchemy.sql.expression import Executable
 
 from .. import telemetry
 from ..loops import CrossLoopLock
-from .base import Backend, Footprint, Head, HeadWrite, StateWrite, TableSizes, timeout_ms
+from .base import (
+    SQLITE_BUSY,
+    SQLITE_CANTOPEN,
+    SQLITE_LOCKED,
+    Backend,
+    Footprint,
+    Head,
+    HeadWrite,
+    StateWrite,
+    TableSizes,
+    sqlite_code,
+    timeout_ms,
+)
 from .driver import DriverStatement
 
 log = logging.getLogger(__name__)
@@ -50,7 +62,11 @@ __all__ = ["MemoryBackend", "SqliteBackend", "is_memory"]
 
 SchemaHook = Callable[[AsyncConnection], Awaitable[None]]
 _WRITE = "tenxstore_write"  # execution option: this connection's next BEGIN is IMMEDIATE
-_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CANTOPEN = 5, 6, 14
+
+
+def _busy(exc: BaseException | None) -> bool:
+    """Whether a SQLite error is a lock that another connection holds (busy or locked)."""
+    return sqlite_code(exc) in (SQLITE_BUSY, SQLITE_LOCKED)
 
 
 def is_memory(url: URL) -> bool:
@@ -75,7 +91,7 @@ def _set_pragmas_on_connect(engine: Engine, lock_timeout: float | None) -> None:
             return
         if database != ":memory:" and not os.path.isdir(os.path.dirname(os.path.abspath(database))):
             exc = sqlite3.OperationalError("unable to open database file")
-            exc.sqlite_errorcode = _SQLITE_CANTOPEN  # type: ignore[attr-defined]
+            exc.sqlite_errorcode = SQLITE_CANTOPEN  # type: ignore[attr-defined]
             raise exc
 
     @event.listens_for(engine, "connect")
@@ -252,9 +268,7 @@ class HotPath:
                 finally:
                     cursor.close()
             except sqlite3.OperationalError as exc:
-                code = getattr(exc, "sqlite_errorcode", None)
-                busy = isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
-                if not busy or (deadline is not None and time.monotonic() >= deadline):
+                if not _busy(exc) or (deadline is not None and time.monotonic() >= deadline):
                     raise
                 telemetry.retried(log, "sqlite", "a read found the database busy")
             finally:
@@ -340,7 +354,7 @@ class HotPath:
                 return False
             if deadline is not None and time.monotonic() >= deadline:
                 busy = sqlite3.OperationalError("database is locked (by a writer of this process)")
-                busy.sqlite_errorcode = _SQLITE_BUSY  # type: ignore[attr-defined]  # as SQLite's
+                busy.sqlite_errorcode = SQLITE_BUSY  # type: ignore[attr-defined]  # as SQLite's
                 raise busy
         telemetry.lock_waited(log, "sqlite", time.monotonic() - started)
         return True
@@ -373,9 +387,7 @@ class HotPath:
                     telemetry.lock_waited(log, "sqlite", time.monotonic() - started)
                 return True
             except sqlite3.OperationalError as exc:
-                code = getattr(exc, "sqlite_errorcode", None)
-                busy = isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
-                if not busy or (deadline is not None and time.monotonic() >= deadline):
+                if not _busy(exc) or (deadline is not None and time.monotonic() >= deadline):
                     raise
                 waited = True
 
@@ -502,10 +514,9 @@ class SqliteBackend(Backend):
             raise self._driver_error(exc) from exc
 
     def _driver_error(self, exc: sqlite3.Error) -> Exception:
-        code = getattr(exc, "sqlite_errorcode", None)
-        if isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED):
+        if _busy(exc):
             return self.lock_timed_out()
-        if isinstance(code, int) and code & 0xFF == _SQLITE_CANTOPEN:
+        if sqlite_code(exc) == SQLITE_CANTOPEN:
             return self.opening_failed(exc)
         return exc
 
@@ -536,8 +547,7 @@ class SqliteBackend(Backend):
         return sqlite_insert(table)
 
     def is_lock_timeout(self, exc: DBAPIError) -> bool:
-        code = getattr(exc.orig, "sqlite_errorcode", None)  # Python 3.11+
-        return isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+        return _busy(exc.orig)
 
     async def begin_write(self, conn: AsyncConnection) -> None:
         await conn.execution_options(**{_WRITE: True})

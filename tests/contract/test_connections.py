@@ -232,7 +232,7 @@ async def test_a_connection_that_breaks_while_opening_is_opened_again(
     link = TcpProxy(port, drop=lambda chunk: b"lock_timeout" in chunk and breaks.take())
     await link.start()
     repo = CheckpointRepository(
-        f"postgresql://postgres@127.0.0.1:{link.port}/test", schema=pg_schema
+        f"postgresql://postgres@127.0.0.1:{link.port}{urlsplit(pg_url).path}", schema=pg_schema
     )
     try:
         await repo.asetup()
@@ -327,7 +327,7 @@ async def test_a_write_lost_while_waiting_for_the_lock_never_commits_afterwards(
     link = await TcpProxy(urlsplit(pg_url).port or 5432).start()
     name = f"tenx-{uuid.uuid4().hex[:8]}"
     repo = CheckpointRepository(
-        f"postgresql://postgres@127.0.0.1:{link.port}/test",
+        f"postgresql://postgres@127.0.0.1:{link.port}{urlsplit(pg_url).path}",
         schema=pg_schema,
         engine_options={"connect_args": {"server_settings": {"application_name": name}}},
     )

@@ -252,7 +252,7 @@ async def test_a_cancelled_call_gives_its_claim_back(cp: CheckpointRepository) -
     assert record.error is not None and "cancelled" in record.error
     # The next call claims at once (lease 900 s): it does not wait the lease out.
     assert await cp.arun_tool_once(cfg(), "c", "crawl", {}, lambda: "page") == "page"
-    with pytest.raises(TimeoutError):
+    with pytest.raises(asyncio.TimeoutError):  # the builtin TimeoutError only from 3.11
         await asyncio.wait_for(cp.arun_tool_once(cfg(), "d", "crawl", {}, hangs), 0.2)
     again = await cp.aget_tool_execution(cfg(), "d")
     assert again is not None and again.status == "failed"

@@ -8,9 +8,6 @@ import operator
 from typing import Annotated, Any, TypedDict
 
 import pytest
-
-pytest.importorskip("langgraph.graph", reason="the bench extra is not installed")
-
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 

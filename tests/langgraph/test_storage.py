@@ -12,8 +12,6 @@ from typing import Any, TypedDict
 
 import asyncpg
 import pytest
-
-pytest.importorskip("langgraph.graph", reason="the langgraph extra is not installed")
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage
 from langgraph.checkpoint.base import copy_checkpoint, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6

@@ -314,7 +314,6 @@ async def test_langgraph_checkpoints_from_before_0005_read_as_they_did(database:
     """Checkpoints stored with their values inline (before 0005) read as they did,
     and 0005 fills their ``run_id`` from the metadata, so adelete_for_runs finds them
     by the index; a run goes on from them in the new layout."""
-    pytest.importorskip("langgraph.checkpoint.base")
     from langgraph.checkpoint.base import empty_checkpoint
 
     from tenxstore.langgraph import TenxCheckpointSaver
