@@ -236,12 +236,14 @@ async def test_a_delta_is_written_only_on_the_row_it_was_made_from(
 
 
 async def waiting_for_a_lock(pg_url: str, count: int) -> None:
-    """Until ``count`` sessions wait for a lock (polled; no sleeps)."""
+    """Until ``count`` sessions of the test database wait for a lock (polled; no
+    sleeps)."""
     conn = await asyncpg.connect(pg_url)
     try:
         while True:
             waiting = await conn.fetchval(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database()"  # not another suite's, on the server
             )
             if waiting >= count:
                 return
