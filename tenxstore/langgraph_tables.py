@@ -33,6 +33,9 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.util import ClauseAdapter
 
 from .config import RunIds, recorded_incarnation
@@ -40,6 +43,45 @@ from .deltas import MAX_DEPTH, Base, Bases, BlobWrite, BrokenChain, Stored, blob
 from .errors import SerializationError, StaleStateError, TenxStoreError
 from .serde import decode, encode
 from .store import Store
+
+
+class _CodePointOrder(ColumnElement[Any]):
+    """A text column ordered by code point, the order Python gives ``str``.
+
+    LangGraph orders a checkpoint's pending writes by ``(task_path, task_id, idx)`` as
+    Python compares them; a database orders text by its collation, which on PostgreSQL
+    is the database's locale (``en_US.UTF-8`` puts ``"b"`` before ``"C"``, Python the
+    other way round) — and the order writes are applied in decides a channel's value.
+    SQLite's default ``BINARY`` collation already is code-point order.
+    """
+
+    inherit_cache = True
+
+    def __init__(self, column: ColumnElement[Any]) -> None:
+        self.column = column
+        self.type = column.type
+
+
+@compiles(_CodePointOrder)
+def _code_point_default(element: _CodePointOrder, compiler: SQLCompiler, **kw: Any) -> str:
+    return compiler.process(element.column, **kw)
+
+
+@compiles(_CodePointOrder, "postgresql")
+def _code_point_postgresql(element: _CodePointOrder, compiler: SQLCompiler, **kw: Any) -> str:
+    return f'{compiler.process(element.column, **kw)} COLLATE "C"'
+
+
+@compiles(_CodePointOrder, "mysql")
+@compiles(_CodePointOrder, "mariadb")
+def _code_point_mysql(element: _CodePointOrder, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"{compiler.process(element.column, **kw)} COLLATE utf8mb4_bin"
+
+
+def _write_order(w: Any) -> tuple[Any, ...]:
+    """ORDER BY for one checkpoint's writes: LangGraph's order, whatever the collation."""
+    return (_CodePointOrder(w.c.task_path), _CodePointOrder(w.c.task_id), w.c.idx)
+
 
 __all__ = ["KEY", "LangGraphTables", "Values", "needed", "run_id_of"]
 
@@ -387,12 +429,13 @@ def _history_statement(store: Store, scoped: bool, count: int) -> Any:
         w_.c.checkpoint_id,
         *(nothing(Integer()) for _ in range(3)),
         nothing(Text()),
-        w_.c.task_id,
+        # explicit collations make the union's columns (and its ORDER BY) code-point order
+        _CodePointOrder(w_.c.task_id),
         w_.c.channel,
         w_.c.type,
         w_.c.value,
         *(nothing(k) for k in (text_, text_, Integer(), Integer(), Integer())),
-        w_.c.task_path,
+        _CodePointOrder(w_.c.task_path),
         w_.c.idx,
     )
     value_rows = select(
@@ -635,7 +678,7 @@ class _OneStatement:
                 if given_id
                 else cp.c.checkpoint_id
             )
-            order = (w.c.task_path, w.c.task_id, w.c.idx)
+            order = _write_order(w)
             writes = (
                 select(
                     *(
@@ -835,7 +878,7 @@ class _OneHop:
                 w.c.checkpoint_ns == ns,
                 w.c.checkpoint_id == bindparam("id", type_=String()),
             )
-            .order_by(w.c.task_path, w.c.task_id, w.c.idx)
+            .order_by(*_write_order(w))
         )
         pairs = func.json_each(bindparam("versions", type_=String())).table_valued("key", "value")
         first = select(*(b.c[name] for name in _BLOB_COLUMNS)).join(
@@ -1621,7 +1664,7 @@ class LangGraphTables:
                         w.c.thread_id.in_({r.thread_id for r in batch}),
                         w.c.checkpoint_id.in_({r.checkpoint_id for r in batch}),
                     )
-                    .order_by(w.c.task_path, w.c.task_id, w.c.idx)
+                    .order_by(*_write_order(w))
                 )
                 for write in found:
                     key = (write.thread_id, write.checkpoint_ns, write.checkpoint_id)
@@ -1828,7 +1871,7 @@ class LangGraphTables:
                         w.c.checkpoint_id.between(min(walked_ids), max(walked_ids)),
                         w.c.channel.in_(sorted(remaining)),
                     )
-                    .order_by(w.c.checkpoint_id, w.c.task_path, w.c.task_id, w.c.idx)
+                    .order_by(w.c.checkpoint_id, *_write_order(w))
                 )
                 for row in rows:
                     if row.checkpoint_id in writes:
