@@ -24,6 +24,7 @@ from sqlalchemy import (
     bindparam,
     case,
     delete,
+    exists,
     func,
     insert,
     literal,
@@ -199,6 +200,8 @@ class _Statements:
         )
         #: A checkpoint, replacing one of the same id.
         self.put_checkpoint = store.backend.upsert(c, "thread_id", "checkpoint_ns", "checkpoint_id")
+        #: A namespace's head mark, moved to a checkpoint (see ``lg_heads``).
+        self.put_head = store.backend.upsert(store.tables.lg_heads, "thread_id", "checkpoint_ns")
         #: A channel's value at a version, replacing one stored at that version.
         self.put_blob = store.backend.upsert(
             store.tables.lg_blobs, "thread_id", "checkpoint_ns", "channel", "version"
@@ -466,17 +469,19 @@ class _OneStatement:
 
     A put commits only the common case: the thread exists (as the run's user's, in
     the life the run read), the parent is the namespace's head as the last put marked
-    it (``is_head``), the channels it does not change are stored as the parent names
-    them, and every base its deltas extend is still there. The parent's row is the
-    compare-and-swap: the UPDATE that takes its mark waits for a concurrent put and
-    then finds the mark gone; a thread row lock ``FOR KEY SHARE`` waits for every
-    locked-path writer and deleter (they hold ``FOR UPDATE``), and each of those that
-    deletes values takes the mark away too. Otherwise nothing is written and the put
-    takes the locked path, which raises the precise error.
+    it (its ``lg_heads`` row), the channels it does not change are stored as the parent
+    names them, and every base its deltas extend is still there. The head row is the
+    compare-and-swap: the UPDATE that moves the mark to the new checkpoint waits for a
+    concurrent put and then finds the mark moved (PostgreSQL checks the row's new
+    version again); a thread row lock ``FOR KEY SHARE`` waits for every locked-path
+    writer and deleter (they hold ``FOR UPDATE``), and each of those that deletes or
+    replaces checkpoints or values takes the mark away too (deletes the head row), so
+    what this statement's snapshot read of them cannot be stale. Otherwise nothing is
+    written and the put takes the locked path, which raises the precise error.
     """
 
     def __init__(self, store: Store) -> None:
-        from sqlalchemy import BigInteger, LargeBinary, Text, cast, exists, true
+        from sqlalchemy import BigInteger, LargeBinary, Text, cast, true
         from sqlalchemy.dialects.postgresql import ARRAY, JSONB, aggregate_order_by
         from sqlalchemy.dialects.postgresql import insert as pg_insert
 
@@ -484,6 +489,7 @@ class _OneStatement:
 
         tables = store.tables
         t, c, w, b = tables.threads, tables.lg_checkpoints, tables.lg_writes, tables.lg_blobs
+        h = tables.lg_heads
         dialect = store.backend.engine.dialect
         thread = bindparam("t", type_=t.c.thread_id.type)
         ns = bindparam("ns", type_=String())
@@ -534,41 +540,48 @@ class _OneStatement:
                 .join(taken, and_(b.c.channel == taken.c.channel, b.c.version == taken.c.version))
                 .where(b.c.thread_id == thread, b.c.checkpoint_ns == ns)
             )
-            cas = (
-                update(c)
-                .where(
+            parent_id = bindparam("parent", type_=String())
+            parent_as_read = exists(
+                select(c.c.checkpoint_id).where(
                     c.c.thread_id == thread,
                     c.c.checkpoint_ns == ns,
-                    c.c.checkpoint_id == bindparam("parent", type_=String()),
-                    c.c.checkpoint_id < new_id,
-                    c.c.is_head.is_(True),
-                    exists(select(th.c.incarnation)),
+                    c.c.checkpoint_id == parent_id,
                     cast(c.c.versions, JSONB).contains(cast(bindparam("old", type_=Text()), JSONB)),
+                )
+            )
+            cas = (
+                update(h)
+                .where(
+                    h.c.thread_id == thread,
+                    h.c.checkpoint_ns == ns,
+                    h.c.checkpoint_id == parent_id,
+                    parent_id < new_id,
+                    exists(select(th.c.incarnation)),
+                    parent_as_read,
                     found_bases == bindparam("nb", type_=Integer()),
                     none_taken,
                 )
-                .values(is_head=False)
-                .returning(c.c.checkpoint_id)
+                .values(checkpoint_id=new_id)
+                .returning(h.c.checkpoint_id)
                 .cte("cas")
             )
             columns = [
                 "thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "type",
-                "checkpoint", "metadata", "created_at", "run_id", "versions", "is_head",
+                "checkpoint", "metadata", "created_at", "run_id", "versions",
             ]  # fmt: skip
             new_checkpoint = insert(c).from_select(
                 columns,
                 select(
                     thread,
                     ns,
-                    new_id,
                     cas.c.checkpoint_id,
+                    parent_id,
                     bindparam("type", type_=String()),
                     bindparam("checkpoint", type_=LargeBinary()),
                     bindparam("metadata", type_=Text()),
                     bindparam("now", type_=c.c.created_at.type),
                     bindparam("run", type_=String()),
                     bindparam("versions", type_=Text()),
-                    true(),
                 ),
             )
             given = (
@@ -797,6 +810,7 @@ class _OneHop:
         self._hot = hot
         tables = store.tables
         t, c, w, b = tables.threads, tables.lg_checkpoints, tables.lg_writes, tables.lg_blobs
+        h = tables.lg_heads
         dialect = backend.engine.dialect
         thread = bindparam("t", type_=t.c.thread_id.type)
         ns = bindparam("ns", type_=String())
@@ -807,7 +821,14 @@ class _OneHop:
         self.thread = compiled(select(t.c.incarnation, t.c.user_id).where(t.c.thread_id == thread))
         here = (c.c.thread_id == thread, c.c.checkpoint_ns == ns)
         one = c.c.checkpoint_id == bindparam("id", type_=String())
-        self.parent = compiled(select(c.c.is_head, c.c.versions).where(*here, one))
+        marked = exists(
+            select(h.c.checkpoint_id).where(
+                h.c.thread_id == thread,
+                h.c.checkpoint_ns == ns,
+                h.c.checkpoint_id == c.c.checkpoint_id,
+            )
+        )
+        self.parent = compiled(select(marked, c.c.versions).where(*here, one))
         blob_key = (
             b.c.thread_id == thread,
             b.c.checkpoint_ns == ns,
@@ -815,10 +836,14 @@ class _OneHop:
             b.c.version == bindparam("ver", type_=String()),
         )
         self.blob_uid = compiled(select(b.c.uid).where(*blob_key))
-        self.unmark = compiled(update(c).where(*here, one).values(is_head=False))
+        self.move_mark = compiled(
+            update(h)
+            .where(h.c.thread_id == thread, h.c.checkpoint_ns == ns)
+            .values(checkpoint_id=bindparam("id", type_=String()))
+        )
         names = [
             "thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "type",
-            "checkpoint", "metadata", "created_at", "run_id", "versions", "is_head",
+            "checkpoint", "metadata", "created_at", "run_id", "versions",
         ]  # fmt: skip
         self.new_checkpoint = compiled(
             insert(c).values({name: bindparam(f"c_{name}", type_=c.c[name].type) for name in names})
@@ -928,13 +953,12 @@ class _OneHop:
             if run(cursor, self.blob_uid, {**v, "ch": channel, "ver": version}).fetchone():
                 return None  # a version stored already is replaced: the locked path's
         beyond = run(cursor, self.beyond, v).fetchone() if v["look"] else None
-        run(cursor, self.unmark, {**v, "id": v["parent"]})
+        run(cursor, self.move_mark, v)
         checkpoint = {
             "c_thread_id": v["t"], "c_checkpoint_ns": v["ns"], "c_checkpoint_id": v["id"],
             "c_parent_checkpoint_id": v["parent"], "c_type": v["type"],
             "c_checkpoint": v["checkpoint"], "c_metadata": v["metadata"],
             "c_created_at": v["now"], "c_run_id": v["run"], "c_versions": v["versions"],
-            "c_is_head": True,
         }  # fmt: skip
         run(cursor, self.new_checkpoint, checkpoint)
         if v["ch"]:
@@ -1171,20 +1195,25 @@ class LangGraphTables:
                     "created_at": now,
                     "run_id": run_id,
                     "versions": None if values is None else encode(values.versions, "versions"),
-                    "is_head": head,
                 },
             )
+            h = self._store.tables.lg_heads
             if head:  # the mark a one-statement put takes over moves to this one
-                c = self._store.tables.lg_checkpoints
                 await conn.execute(
-                    update(c)
-                    .where(
-                        c.c.thread_id == ids.thread_id,
-                        c.c.checkpoint_ns == ns,
-                        c.c.is_head.is_(True),
-                        c.c.checkpoint_id != checkpoint_id,
+                    self._sql.put_head,
+                    {
+                        "thread_id": ids.thread_id,
+                        "checkpoint_ns": ns,
+                        "checkpoint_id": checkpoint_id,
+                    },
+                )
+            else:  # a checkpoint put again loses its mark (its row was replaced)
+                await conn.execute(
+                    delete(h).where(
+                        h.c.thread_id == ids.thread_id,
+                        h.c.checkpoint_ns == ns,
+                        h.c.checkpoint_id == checkpoint_id,
                     )
-                    .values(is_head=False)
                 )
             if values is not None:
                 blobs, replaced = await self._put_values(conn, ids.thread_id, ns, values, blobs)
@@ -1328,12 +1357,8 @@ class LangGraphTables:
 
     async def _unmark(self, conn: Any, thread_id: Any, ns: str) -> None:
         """Take the head mark away in a namespace: the next put takes the locked path."""
-        c = self._store.tables.lg_checkpoints
-        await conn.execute(
-            update(c)
-            .where(c.c.thread_id == thread_id, c.c.checkpoint_ns == ns, c.c.is_head.is_(True))
-            .values(is_head=False)
-        )
+        h = self._store.tables.lg_heads
+        await conn.execute(delete(h).where(h.c.thread_id == thread_id, h.c.checkpoint_ns == ns))
 
     async def _unbase(
         self, conn: Any, thread_id: Any, ns: str, replaced: list[tuple[str, str]]
@@ -2085,7 +2110,7 @@ class LangGraphTables:
                     continue
                 store.check_owner(ids, locked)
                 if not keep_latest:
-                    for table in (w, store.tables.lg_blobs, c):
+                    for table in (w, store.tables.lg_blobs, store.tables.lg_heads, c):
                         await conn.execute(delete(table).where(table.c.thread_id == thread_id))
                     continue
                 spaces = select(c.c.checkpoint_ns).where(c.c.thread_id == thread_id).distinct()
@@ -2126,7 +2151,7 @@ class LangGraphTables:
         ids = RunIds(thread_id=dst.thread_id, user_id=user, isolated=dst.isolated)
         async with store.write(dst.thread_id) as (conn, locked):
             await store.claim_thread(conn, ids, locked, store.now())
-            for table in (w, b, c):
+            for table in (w, b, store.tables.lg_heads, c):
                 await conn.execute(delete(table).where(table.c.thread_id == dst.thread_id))
             for table in (c, w, b):
                 if rows[table]:

@@ -94,7 +94,7 @@ class DeleteResult:
         return sum(getattr(self, name) for name in _ROW_FIELDS.values())
 
 
-# table name -> DeleteResult field
+# table name -> DeleteResult field (lg_heads, one mark per namespace, is not counted)
 _ROW_FIELDS = {
     "states": "states",
     "messages": "messages",
@@ -265,6 +265,8 @@ class Lifecycle:
         counts: dict[str, int] = {}
         async with store.snapshot() as conn:
             for table in store.tables.of_thread:
+                if table.name not in _ROW_FIELDS:  # bookkeeping (lg_heads): not counted
+                    continue
                 if table is t:
                     stmt = select(func.count()).select_from(t).where(where)
                 else:
@@ -345,7 +347,8 @@ class Lifecycle:
             if ids:
                 for table in store.tables.of_thread:
                     done = await conn.execute(_delete_rows(table, ids))
-                    counts[_ROW_FIELDS[table.name]] += max(done.rowcount, 0)
+                    if table.name in _ROW_FIELDS:
+                        counts[_ROW_FIELDS[table.name]] += max(done.rowcount, 0)
                 if before_commit is not None:
                     gone = [
                         Commit(row.thread_id, row.user_id, row.incarnation, row.version)

@@ -23,7 +23,6 @@ from typing import Any, ClassVar, NamedTuple
 import sqlalchemy
 from sqlalchemy import (
     BigInteger,
-    Boolean,
     DateTime,
     ForeignKey,
     Index,
@@ -34,7 +33,6 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
-    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeEngine
@@ -190,9 +188,21 @@ class LangGraphCheckpointRow(Base):
     #: ``{channel: version}`` of the values kept in ``lg_blobs`` (JSON); NULL for a
     #: checkpoint written with its values inline (before 0005).
     versions: Mapped[str | None]
-    #: Whether it is its namespace's head, as the last put left it (false: not known):
-    #: the compare-and-swap of a put's one-statement path (0006).
-    is_head: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+
+class LangGraphHeadRow(Base):
+    """The checkpoint a LangGraph namespace's last put wrote, as that put left it (no
+    row, or a row naming another checkpoint: not known): the compare-and-swap of a
+    put's one-statement path (0008; ``lg_checkpoints.is_head`` before). A row of its
+    own, so that moving the mark rewrites this small row, not a checkpoint's."""
+
+    __tablename__ = "lg_heads"
+
+    thread_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("threads.thread_id", ondelete="CASCADE"), primary_key=True
+    )
+    checkpoint_ns: Mapped[str] = mapped_column(String(255), primary_key=True)
+    checkpoint_id: Mapped[str] = mapped_column(String(64))
 
 
 class LangGraphWriteRow(Base):
@@ -258,6 +268,7 @@ class Tables(NamedTuple):
     lg_writes: Table
     store: Table
     lg_blobs: Table
+    lg_heads: Table
 
     @property
     def of_thread(self) -> tuple[Table, ...]:
@@ -268,6 +279,7 @@ class Tables(NamedTuple):
             self.tool_executions,
             self.lg_writes,
             self.lg_blobs,
+            self.lg_heads,
             self.lg_checkpoints,
             self.threads,
         )

@@ -31,6 +31,7 @@ TABLES = {
     "lg_checkpoints",
     "lg_writes",
     "lg_blobs",
+    "lg_heads",
     "tenxstore_store",
 }
 
