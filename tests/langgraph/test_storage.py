@@ -22,7 +22,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from sqlalchemy import text
 
 import tenxstore
-from tenxstore import AuthPolicy, SerializationError, migrate
+from tenxstore import AuthPolicy, SerializationError, StaleStateError, migrate
 from tenxstore.deltas import MAX_DEPTH, Stored, blob_write, delta, rebuild
 from tenxstore.langgraph import TenxCheckpointSaver
 from tests.conftest import Backend, backend_for
@@ -306,6 +306,62 @@ async def test_a_put_again_racing_a_one_statement_child_loses_nothing(
         found = await reader.aget_tuple(run(checkpoint_id=child["id"]))
         assert found is not None
         assert found.checkpoint["channel_values"]["messages"] == written
+
+
+@pytest.mark.parametrize("how", ["delete_for_runs", "aprune_delete"])
+async def test_a_one_statement_put_racing_a_delete_writes_nothing(tmp_path: Path, how: str) -> None:
+    """Another process deletes the head C (its run's checkpoints, or the thread's
+    whole history) on the locked path while a put of C's child D runs as one
+    statement whose snapshot predates the delete (its thread lock wait ends after
+    it): the delete takes the namespace's head mark away, so D is not written on a
+    parent and values that are gone — it takes the locked path, which says C is
+    gone."""
+    async with backend_for("postgresql", tmp_path) as pg:
+        assert pg.url is not None and pg.schema is not None
+        operator = AuthPolicy(enforce_user_isolation=False)
+        first = TenxCheckpointSaver(await pg.make(), auth_policy=operator)
+        second = TenxCheckpointSaver(await pg.make(), auth_policy=operator)
+        config = run()
+        for step in range(2):
+            checkpoint = empty_checkpoint()
+            checkpoint["channel_values"] = {"step": step}
+            checkpoint["channel_versions"] = {"step": first.get_next_version(None, None)}
+            checkpoint["id"] = str(uuid6(clock_seq=step))
+            config = await first.aput(
+                config, checkpoint, {"source": "loop", "step": step, "run_id": "r1"}, {}
+            )
+        head = await second.aget_tuple(run())
+        assert head is not None
+        child = copy_checkpoint(head.checkpoint)
+        child["id"] = str(uuid6(clock_seq=9))
+        child["channel_values"] = {"step": 2}
+        version = second.get_next_version(head.checkpoint["channel_versions"]["step"], None)
+        child["channel_versions"] = {"step": version}
+        holder = await asyncpg.connect(pg.url)
+        try:
+            hold = holder.transaction()
+            await hold.start()
+            await holder.execute(
+                f'SELECT 1 FROM "{pg.schema}".threads WHERE thread_id = $1 FOR UPDATE', "t"
+            )
+            if how == "delete_for_runs":
+                deleting = asyncio.create_task(first.adelete_for_runs(["r1"]))
+            else:
+                deleting = asyncio.create_task(first.aprune(["t"], strategy="delete"))
+            await waiting_for_a_lock(pg.url, 1)  # it waits for the thread's lock
+            put_child = asyncio.create_task(
+                second.aput(head.config, child, {"source": "loop", "step": 2}, {"step": version})
+            )
+            await waiting_for_a_lock(pg.url, 2)  # its snapshot taken, it waits too
+            await hold.rollback()
+        finally:
+            await holder.close()
+        await deleting
+        with pytest.raises(StaleStateError):
+            await put_child
+        reader = TenxCheckpointSaver(await pg.make(), auth_policy=operator)
+        assert await reader.aget_tuple(run(checkpoint_id=child["id"])) is None
+        assert [t async for t in reader.alist(run())] == []
 
 
 async def test_a_damaged_chain_is_an_error_not_a_wrong_value(sql_backend: Backend) -> None:
