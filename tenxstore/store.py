@@ -24,10 +24,14 @@ from . import migrate
 from .backends import Backend
 from .backends.base import Head, HeadWrite
 from .config import RunIds, read_config
-from .errors import SerializationError, ThreadOwnershipError
+from .errors import SerializationError, StaleStateError, ThreadOwnershipError
 from .serde import encode
 from .statements import Statements
 from .validate import IdType, message_id
+
+#: How often a write creating a thread tries again when a concurrent delete took the
+#: row it found away before its lock was granted (each try waits out one delete).
+_CLAIMS = 10
 
 __all__ = ["Settings", "Store", "message_role"]
 
@@ -176,10 +180,24 @@ class Store:
     ) -> Row[Any]:
         """Given the locked row (or None), create the thread if absent and check its
         owner; return its locked row (``user_id``, ``version``, ``incarnation``)."""
-        if row is None:
-            key = {"b_thread": ids.thread_id}
+        key = {"b_thread": ids.thread_id}
+        for _ in range(_CLAIMS):
+            if row is not None:
+                break
+            # Absent when locked: create it, or find the one another writer created
+            # meanwhile — which a concurrent delete may take away again before the
+            # lock below is granted (then the lock finds nothing, and we try again).
             await conn.execute(self.sql.new_thread, {**key, "b_user": ids.user_id, "b_now": now})
-            row = (await conn.execute(self.sql.lock, key)).one()
+            row = (await conn.execute(self.sql.lock, key)).first()
+        if row is None:
+            raise StaleStateError(
+                ids.thread_id,
+                0,
+                0,
+                replaced=True,
+                message=f"thread {ids.thread_id!r} was deleted {_CLAIMS} times over while "
+                "this call created it: run again",
+            )
         self.check_owner(ids, row)
         locked: Row[Any] = row
         return locked

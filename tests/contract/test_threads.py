@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from tenxstore import CheckpointRepository
-from tests.conftest import cfg
+from tests.conftest import Backend, cfg
 
 
 async def test_put_thread_creates_and_updates_without_touching_the_version(
@@ -65,3 +67,47 @@ async def test_clean_thread_removes_everything(cp: CheckpointRepository) -> None
     assert await cp.aget_state(config) is None
     assert await cp.aput_state(config, {"again": True}) == 1  # a new life starts at 1
     assert await cp.aget_messages(cfg("keep")) == [{"id": "m1"}]
+
+
+async def test_writes_racing_deletes_raise_only_tenxstores_errors(sql_backend: Backend) -> None:
+    """Writers that create a thread (a state, a LangGraph checkpoint) while another
+    process's checkpointer deletes it again and again: each write commits or raises a
+    tenxstore error (a delete may take away the row a writer found before its lock is
+    granted — that writer creates the thread again), never a driver's or SQLAlchemy's."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from tenxstore import TenxStoreError
+    from tenxstore.langgraph import TenxCheckpointSaver
+
+    writer, deleter = await sql_backend.make(), await sql_backend.make()
+    saver = TenxCheckpointSaver(writer).for_user("alice")
+    foreign: list[BaseException] = []
+    deletes = 0
+
+    async def delete() -> None:
+        nonlocal deletes
+        while deletes < 40:
+            await deleter.aclean_thread(cfg())
+            deletes += 1
+            await asyncio.sleep(0)
+
+    async def write(kind: str) -> int:
+        done = 0
+        while deletes < 40:
+            try:
+                if kind == "state":
+                    await writer.aput_checkpoint(cfg(), {"n": done}, [])
+                else:
+                    config = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+                    await saver.aput(config, empty_checkpoint(), {"source": "input"}, {})
+                done += 1
+            except TenxStoreError:
+                pass
+            except Exception as err:  # what the test looks for
+                foreign.append(err)
+            await asyncio.sleep(0)
+        return done
+
+    _, states, checkpoints = await asyncio.gather(delete(), write("state"), write("langgraph"))
+    assert not foreign, foreign
+    assert states and checkpoints
