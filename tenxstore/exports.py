@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from .crypto import ARGS, ERROR, MESSAGE, META, METADATA, NAME, RESULT, STATE, KeyRing, open_text
 from .deltas import BrokenChain, Stored, rebuild
 from .errors import ConfigError, ImportConflict, SerializationError
 from .langgraph_tables import run_id_of
@@ -62,7 +63,7 @@ class ThreadExports:
                 stmt = stmt.where(t.c.thread_id > after)
             rows = await self._store.read(stmt)
             for row in rows:
-                yield thread_info(row)
+                yield thread_info(row, self._store.keys)
             if len(rows) < batch:
                 return
             after = rows[-1].thread_id
@@ -100,14 +101,18 @@ class ThreadExports:
             (await conn.execute(select(*b.c).where(b.c.thread_id == thread_id))).all(),
             key=lambda r: (r.checkpoint_ns, r.channel, r.version),
         )
+        keys = self._store.keys
         return ThreadExport(
-            thread=thread_info(row),
-            states=tuple(snapshot_of(r) for r in states),
+            thread=thread_info(row, keys),
+            states=tuple(snapshot_of(r, thread_id, keys) for r in states),
             messages=tuple(
-                MessageRecord(decode(r.payload), utc(r.created_at))  # type: ignore[arg-type]
+                MessageRecord(
+                    decode(open_text(keys, r.payload, thread_id, MESSAGE)),
+                    utc(r.created_at),  # type: ignore[arg-type]
+                )
                 for r in messages
             ),
-            tool_executions=tuple(tool_execution(thread_id, r) for r in calls),
+            tool_executions=tuple(tool_execution(thread_id, r, keys) for r in calls),
             langgraph_checkpoints=tuple(
                 LangGraphCheckpoint(
                     r.checkpoint_ns,
@@ -227,6 +232,8 @@ class ThreadExports:
                     await store.delete_thread(conn, thread_id)
                     replaced = Commit(thread_id, row.user_id, row.incarnation, row.version)
                     done = Imported("replaced", replaced)
+                if store.keys is not None:
+                    new = _sealed(store.keys, thread_id, new)
                 await conn.execute(insert(t), [new["thread"]])
                 lg = (
                     (store.tables.lg_checkpoints, "lg_checkpoints"),
@@ -238,6 +245,31 @@ class ThreadExports:
                         await conn.execute(insert(table), new[key])
                 outcomes.append(done)
         return outcomes
+
+
+_SEALED = {
+    "thread": (("name", NAME), ("metadata", METADATA)),
+    "states": (("state_data", STATE), ("meta", META)),
+    "messages": (("payload", MESSAGE),),
+    "tool_executions": (("args", ARGS), ("result", RESULT), ("error", ERROR)),
+}
+
+
+def _sealed(keys: KeyRing, thread_id: Any, rows: dict[str, Any]) -> dict[str, Any]:
+    """:func:`import_rows` with every payload sealed for ``thread_id``."""
+
+    def seal(row: dict[str, Any], columns: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+        out = dict(row)
+        for name, column in columns:
+            if out[name] is not None:
+                out[name] = keys.seal(out[name], thread_id, column)
+        return out
+
+    sealed = dict(rows)
+    sealed["thread"] = seal(rows["thread"], _SEALED["thread"])
+    for key in ("states", "messages", "tool_executions"):
+        sealed[key] = [seal(row, _SEALED[key]) for row in rows[key]]
+    return sealed
 
 
 def _bounded(what: str, value: object, top: int) -> int:
