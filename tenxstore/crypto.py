@@ -33,9 +33,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .errors import ConfigError, DecryptionError
+from .errors import ConfigError, DecryptionError, SerializationError
 
-__all__ = ["ENV", "KeyRing", "is_sealed", "open_text", "sealed_key_id"]
+__all__ = ["ENV", "KeyRing", "check_type", "is_sealed", "open_text", "open_typed", "sealed_key_id"]
 
 ENV = "TENXSTORE_KEYS"
 """The environment variable read when no key ring is given in code."""
@@ -49,9 +49,13 @@ ERROR = "tool_executions.error"
 NAME = "threads.name"
 METADATA = "threads.metadata"
 CACHE = "cache"
+CHECKPOINT = "lg_checkpoints.checkpoint"
+WRITE = "lg_writes.value"
+BLOB = "lg_blobs.blob"
 _MARK = "!"
 _VERSION = "tx1"
 _HEAD = f"{_MARK}{_VERSION}:"
+_BYTES_HEAD = _VERSION.encode()
 _KEY_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _NONCE = 12
 _TAG = 16
@@ -226,9 +230,89 @@ class KeyRing:
             ) from None
         return plain.decode("utf-8", "surrogatepass")
 
+    def seal_typed(self, kind: str, data: bytes, thread_id: Any, column: str) -> tuple[str, bytes]:
+        """A LangGraph ``(type, bytes)`` sealed: the type marked ``!`` (see
+        :func:`check_type`), the bytes ``tx1``, the key id's length and the key id, the
+        nonce, the ciphertext and tag. The plain type is part of the associated data."""
+        head = _BYTES_HEAD + bytes([len(self.current)]) + self.current.encode()
+        nonce = os.urandom(_NONCE)
+        sealed = self._sealer.encrypt(nonce, data, _aad(kind, column, thread_id) + head)
+        return _MARK + kind, head + nonce + sealed
+
+    def open_typed(self, kind: str, data: bytes, thread_id: Any, column: str) -> tuple[str, bytes]:
+        """A stored ``(type, bytes)`` opened (plaintext as it is).
+
+        Raises:
+            DecryptionError: As :meth:`open`.
+        """
+        if kind[:1] != _MARK:
+            return kind, data
+        plain_kind = kind[1:]
+        key_id = _bytes_key_id(data)
+        if key_id is None:
+            raise DecryptionError(thread_id, column, None, "not a tenxstore envelope")
+        cipher = self._ciphers.get(key_id)
+        if cipher is None:
+            raise DecryptionError(thread_id, column, key_id, "that key is not in the key ring")
+        at = len(_BYTES_HEAD) + 1 + len(key_id)
+        if len(data) < at + _NONCE + _TAG:
+            raise DecryptionError(thread_id, column, key_id, "truncated envelope")
+        try:
+            plain: bytes = cipher.decrypt(
+                data[at : at + _NONCE],
+                data[at + _NONCE :],
+                _aad(plain_kind, column, thread_id) + data[:at],
+            )
+        except Exception:  # InvalidTag
+            raise DecryptionError(
+                thread_id, column, key_id, "authentication failed (tampered, or moved)"
+            ) from None
+        return plain_kind, plain
+
     def is_current(self, text: str) -> bool:
         """Whether a stored text is sealed under the current key (rotation skips it)."""
         return text.startswith(self._head)
+
+
+def _bytes_key_id(data: bytes) -> str | None:
+    if not data.startswith(_BYTES_HEAD) or len(data) <= len(_BYTES_HEAD):
+        return None
+    size = data[len(_BYTES_HEAD)]
+    raw = data[len(_BYTES_HEAD) + 1 : len(_BYTES_HEAD) + 1 + size]
+    try:
+        key_id = raw.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return key_id if len(raw) == size and _KEY_ID.fullmatch(key_id) else None
+
+
+def check_type(kind: str) -> str:
+    """A serializer's type as it may be stored: never one that begins with ``!``,
+    which marks a sealed LangGraph value (so the mark tells sealed from plain exactly,
+    whatever the bytes: LangGraph's raw ``bytes`` values can begin with anything).
+
+    Raises:
+        SerializationError: The type begins with ``!``.
+    """
+    if kind[:1] == _MARK:
+        raise SerializationError(
+            f"a serializer type may not begin with {_MARK!r} (it marks encrypted values): {kind!r}"
+        )
+    return kind
+
+
+def open_typed(
+    keys: KeyRing | None, kind: str, data: bytes, thread_id: Any, column: str
+) -> tuple[str, bytes]:
+    """A stored LangGraph ``(type, bytes)`` opened with or without a key ring (without
+    one, a sealed value raises :class:`~tenxstore.errors.DecryptionError`)."""
+    if keys is not None:
+        return keys.open_typed(kind, data, thread_id, column)
+    if kind[:1] == _MARK:
+        raise DecryptionError(
+            thread_id, column, _bytes_key_id(data), "encrypted, and no key ring is configured"
+        )
+    return kind, data
 
 
 def open_text(keys: KeyRing | None, text: str, thread_id: Any, column: str) -> str:
