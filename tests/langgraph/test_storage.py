@@ -23,7 +23,7 @@ from sqlalchemy import text
 
 import tenxstore
 from tenxstore import AuthPolicy, SerializationError, migrate
-from tenxstore.crypto import BLOB, open_typed
+from tenxstore.crypto import BLOB, CHECKPOINT, open_typed
 from tenxstore.deltas import MAX_DEPTH, Stored, blob_write, delta, rebuild
 from tenxstore.langgraph import TenxCheckpointSaver
 from tests.conftest import Backend, backend_for
@@ -185,7 +185,9 @@ async def test_channel_versions_read_back_exactly_and_are_stored_once(
     table = blobs_table(sql_backend).replace("lg_blobs", "lg_checkpoints")
     async with cp.engine.connect() as conn:
         row = (await conn.execute(text(f"SELECT type, checkpoint FROM {table}"))).one()
-    stored = JsonPlusSerializer().loads_typed((row.type, bytes(row.checkpoint)))
+    stored = JsonPlusSerializer().loads_typed(
+        open_typed(cp.keys, row.type, bytes(row.checkpoint), "t", CHECKPOINT)
+    )
     assert stored["channel_versions"] == {
         "count": 7,
         "none": "00000000000000000000000000000004.0.5",
