@@ -27,6 +27,7 @@ id — never garbage, never the ciphertext passed off as plaintext.
 
 from __future__ import annotations
 
+import base64
 import binascii
 import os
 import re
@@ -34,6 +35,24 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import ConfigError, DecryptionError, SerializationError
+
+try:  # SIMD base64 (the crypto extra installs it): ~15x the standard library's speed
+    import pybase64
+
+    def _b64encode(data: bytes) -> str:
+        return pybase64.b64encode_as_string(data)
+
+    def _b64decode(text: str) -> bytes:
+        return pybase64.b64decode(text, validate=True)
+
+except ImportError:  # pragma: no cover - the same output, slower
+
+    def _b64encode(data: bytes) -> str:
+        return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+    def _b64decode(text: str) -> bytes:
+        return base64.b64decode(text, validate=True)
+
 
 __all__ = ["ENV", "KeyRing", "check_type", "is_sealed", "open_text", "open_typed", "sealed_key_id"]
 
@@ -196,7 +215,7 @@ class KeyRing:
         sealed = self._sealer.encrypt(
             nonce, text.encode("utf-8", "surrogatepass"), _aad(self._head, column, thread_id)
         )
-        return self._head + binascii.b2a_base64(nonce + sealed, newline=False).decode("ascii")
+        return self._head + _b64encode(nonce + sealed)
 
     def open(self, text: str, thread_id: Any, column: str) -> str:
         """The plaintext of a stored text: an envelope opened, plaintext as it is.
@@ -215,7 +234,7 @@ class KeyRing:
             raise DecryptionError(thread_id, column, key_id, "that key is not in the key ring")
         head_end = len(_HEAD) + len(key_id) + 1
         try:
-            raw = binascii.a2b_base64(text[head_end:])
+            raw = _b64decode(text[head_end:])
         except (binascii.Error, ValueError):
             raise DecryptionError(thread_id, column, key_id, "damaged envelope") from None
         if len(raw) < _NONCE + _TAG:
