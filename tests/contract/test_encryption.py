@@ -295,3 +295,30 @@ def test_no_plaintext_encoding_looks_like_an_envelope(value: Any) -> None:
 def test_envelopes_differ_and_carry_no_plaintext() -> None:
     one, two = (TEST_KEYS.seal(MARKER, uuid.uuid4(), "c") for _ in range(2))
     assert one != two and MARKER not in one
+
+
+async def test_copy_and_export_import_across_plain_and_encrypted_stores(tmp_path: Path) -> None:
+    """A LangGraph copy seals the values again for the target thread; an export is
+    plaintext, and an import seals under the importing store's key (or none)."""
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+    async with backend_for("sqlite+encrypted", tmp_path / "a") as sealed_store:
+        cp = await sealed_store.make()
+        await write_everything(cp)
+        saver = TenxCheckpointSaver(cp).for_user("alice")
+        await saver.acopy_thread("t1", "t2")
+        values = (await chat(saver).aget_state({"configurable": {"thread_id": "t2"}})).values
+        assert values["messages"][-1].content == f"echo {MARKER}"
+        export = await cp.aexport_thread(cfg("t1"))
+        assert export is not None and export.states[0].state == {"note": MARKER}
+        async with backend_for("sqlite", tmp_path / "b") as plain_store:
+            plain = await plain_store.make()
+            assert await plain.aimport_thread(export) == "created"
+            assert holds((await raw_cells(plain_store, plain))["states"])
+            back = await plain.aexport_thread(cfg("t1"))
+            assert back is not None
+        await cp.aclean_thread(cfg("t1"))
+        assert await cp.aimport_thread(back) == "created"
+        assert await cp.aget_state(cfg("t1")) == {"note": MARKER}
+        cells = await raw_cells(sealed_store, cp)
+        assert [table for table, found in cells.items() if holds(found)] == []
