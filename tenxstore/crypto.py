@@ -112,12 +112,27 @@ def _aad(head: str, column: str, thread_id: Any) -> bytes:
     )
 
 
+def _typed_aad(head: bytes, kind: str, column: str, thread_id: Any) -> bytes:
+    """A LangGraph value's associated data: its envelope header, plain type, column and
+    thread id (last, as in :func:`_aad`)."""
+    return (
+        b"tenxstore\x00"
+        + head
+        + b"\x00"
+        + kind.encode("utf-8", "surrogatepass")
+        + b"\x00"
+        + column.encode()
+        + b"\x00"
+        + _thread_tag(thread_id)
+    )
+
+
 def _decode_key(key_id: str, key: str | bytes) -> bytes:
     if isinstance(key, str):
-        text = key.strip()
-        try:
-            key = binascii.a2b_base64(text.replace("-", "+").replace("_", "/") + "==")
-        except binascii.Error:
+        text = key.strip().replace("-", "+").replace("_", "/")
+        try:  # standard or URL-safe, padded or not; any other character is refused
+            key = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+        except (binascii.Error, ValueError):
             raise ConfigError(f"key {key_id!r} is not base64") from None
     if not isinstance(key, bytes) or len(key) != _KEY_BYTES:
         got = len(key) if isinstance(key, bytes) else type(key).__name__
@@ -255,7 +270,7 @@ class KeyRing:
         nonce, the ciphertext and tag. The plain type is part of the associated data."""
         head = _BYTES_HEAD + bytes([len(self.current)]) + self.current.encode()
         nonce = os.urandom(_NONCE)
-        sealed = self._sealer.encrypt(nonce, data, _aad(kind, column, thread_id) + head)
+        sealed = self._sealer.encrypt(nonce, data, _typed_aad(head, kind, column, thread_id))
         return _MARK + kind, head + nonce + sealed
 
     def open_typed(self, kind: str, data: bytes, thread_id: Any, column: str) -> tuple[str, bytes]:
@@ -280,7 +295,7 @@ class KeyRing:
             plain: bytes = cipher.decrypt(
                 data[at : at + _NONCE],
                 data[at + _NONCE :],
-                _aad(plain_kind, column, thread_id) + data[:at],
+                _typed_aad(data[:at], plain_kind, column, thread_id),
             )
         except Exception:  # InvalidTag
             raise DecryptionError(

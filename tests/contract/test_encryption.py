@@ -322,3 +322,26 @@ async def test_copy_and_export_import_across_plain_and_encrypted_stores(tmp_path
         assert await cp.aget_state(cfg("t1")) == {"note": MARKER}
         cells = await raw_cells(sealed_store, cp)
         assert [table for table, found in cells.items() if holds(found)] == []
+
+
+def test_a_langgraph_value_opens_only_where_and_as_it_was_sealed() -> None:
+    from tenxstore.crypto import BLOB, WRITE, open_typed
+
+    kind, data = TEST_KEYS.seal_typed("msgpack", MARKER.encode(), "t1", BLOB)
+    assert kind == "!msgpack" and MARKER.encode() not in data
+    assert open_typed(TEST_KEYS, kind, data, "t1", BLOB) == ("msgpack", MARKER.encode())
+    assert open_typed(None, "bytes", b"!raw", "t1", BLOB) == ("bytes", b"!raw")  # plain
+    flipped = data[:-1] + bytes([data[-1] ^ 1])
+    for args in (
+        (kind, data, "t2", BLOB),  # another thread
+        (kind, data, "t1", WRITE),  # another column
+        ("!json", data, "t1", BLOB),  # another type
+        (kind, flipped, "t1", BLOB),  # tampered
+        (kind, b"junk", "t1", BLOB),  # not an envelope
+    ):
+        with pytest.raises(DecryptionError):
+            open_typed(TEST_KEYS, *args)
+    with pytest.raises(DecryptionError, match="no key ring"):
+        open_typed(None, kind, data, "t1", BLOB)
+    with pytest.raises(DecryptionError, match="not in the key ring"):
+        open_typed(OTHER_KEYS, kind, data, "t1", BLOB)
