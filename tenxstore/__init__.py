@@ -5,11 +5,13 @@ from importlib import metadata as _metadata
 
 from .backends import transaction_pooling_args
 from .cache import CachedCheckpointer
+from .crypto import KeyRing
 from .errors import (
     CacheUnreachable,
     ConfigError,
     ConnectionLost,
     DatabaseUnavailable,
+    DecryptionError,
     ImportConflict,
     LockTimeout,
     SchemaNotReady,
@@ -52,11 +54,13 @@ __all__ = [
     "ConfigError",
     "ConnectionLost",
     "DatabaseUnavailable",
+    "DecryptionError",
     "DeleteResult",
     "Health",
     "ImportConflict",
     "Imported",
     "InMemoryCheckpointer",
+    "KeyRing",
     "LangGraphBlob",
     "LangGraphCheckpoint",
     "LangGraphWrite",

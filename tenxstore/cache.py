@@ -30,13 +30,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import telemetry
 from .config import RunIds, read_config, record_read, recorded_incarnation, recorded_version
-from .errors import CacheUnreachable, ConfigError, StaleStateError
+from .crypto import CACHE, KeyRing, open_text
+from .errors import CacheUnreachable, ConfigError, DecryptionError, StaleStateError
 from .langgraph_tables import LangGraphTables
 from .lifecycle import DEFAULT_BATCH_SIZE, DEFAULT_SAMPLE, BatchHook, DeleteResult, ProgressHook
 from .protocol import Checkpointer
-from .redis_cache import BLANKET, INCARNATION_MEMBER, MAX_PUT_AGE, Fence, RedisCache
+from .redis_cache import BLANKET, INCARNATION_MEMBER, MAX_PUT_AGE, Entry, Fence, RedisCache
 from .redis_cache import decode_entry as _decode_entry
-from .serde import encode_state
+from .serde import decode, encode_state
 from .stats import StoreStats
 from .telemetry import traced
 from .types import (
@@ -88,14 +89,28 @@ def cache_key(prefix: str, thread_id: Any, user_id: Any, isolated: bool) -> str:
     return f"{prefix}:{_segment(thread_id)}:{user}"
 
 
-def _body(state: dict[str, Any], text: str | None = None) -> tuple[str, str] | None:
+SEALED_MEMBER = "__checkpoint_sealed__"
+"""The one member of an encrypted entry's state: the state's text, sealed."""
+
+
+def _body(
+    state: dict[str, Any],
+    text: str | None = None,
+    keys: KeyRing | None = None,
+    thread_id: Any = None,
+) -> tuple[str, str] | None:
     """A state's text (``text`` when the store has encoded it already) as (stdlib mark,
-    members after ``{``); None when the state uses the incarnation's member itself (it
-    cannot be cached, and is served from the database instead)."""
-    if INCARNATION_MEMBER in state:
+    members after ``{``); None when the state uses the incarnation's or the sealed
+    member itself (it cannot be cached, and is served from the database instead).
+
+    With ``keys`` the entry's state is one member, the state's text sealed for the
+    thread: the version and incarnation stay in clear for the guard."""
+    if INCARNATION_MEMBER in state or SEALED_MEMBER in state:
         return None
     if text is None:
         text = encode_state(state)
+    if keys is not None:  # an envelope is base64 and [A-Za-z0-9_.-:!]: no JSON escape
+        return "", f',"{SEALED_MEMBER}":"{keys.seal(text, thread_id, CACHE)}"}}'
     mark = " " if text.startswith(" ") else ""
     text = text[len(mark) :]
     return mark, ("}" if text == "{}" else "," + text[1:])
@@ -186,6 +201,8 @@ class CachedCheckpointer:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{name} must be a positive number, not {value!r}")
         self.inner = inner
+        self.keys: KeyRing | None = getattr(inner, "keys", None)
+        """The inner checkpointer's key ring: entries are sealed with it too."""
         self.cache_ttl = cache_ttl
         self._namespaced = isinstance(key_prefix, _DefaultPrefix)
         self._prefix: str | None = None if self._namespaced else key_prefix
@@ -297,12 +314,13 @@ class CachedCheckpointer:
         fences: Iterable[tuple[str, Fence]],
         prepared: float,
         text: str | None = None,
+        thread_id: Any = None,
     ) -> bool:
         """The guarded put of ``key`` with fences of other keys; a put prepared too long
         ago (or a state that cannot be cached) only fences."""
         redis = self._redis
         assert redis is not None
-        body = _body(state, text)
+        body = _body(state, text, self.keys, thread_id)
         if body is None or time.monotonic() - prepared > MAX_PUT_AGE:
             own = (incarnation, version) if incarnation is not None else BLANKET
             await redis.fence([(key, own), *fences])
@@ -402,7 +420,14 @@ class CachedCheckpointer:
             fence = (commit.incarnation, commit.version)
             others = [] if other is None else [(other, fence)]
             await self._put(
-                own, state, commit.version, commit.incarnation, others, prepared, commit.state_text
+                own,
+                state,
+                commit.version,
+                commit.incarnation,
+                others,
+                prepared,
+                commit.state_text,
+                commit.thread_id,
             )
         return commit
 
@@ -440,6 +465,8 @@ class CachedCheckpointer:
                 log.warning("dropping a cache entry that does not decode%s: %s", where, exc)
                 await redis.drop([key])
                 entry = None
+            if entry is not None and SEALED_MEMBER in entry.state:
+                entry = await self._opened(entry, ids.thread_id, key)
             if entry is not None:
                 telemetry.cache_lookup("hit")
                 record_read(config, entry.version, entry.incarnation)
@@ -449,8 +476,27 @@ class CachedCheckpointer:
         state = await self.inner.aget_state(config)
         if state is not None:
             version = recorded_version(config) or 0
-            await self._put(key, state, version, recorded_incarnation(config), (), prepared)
+            await self._put(
+                key, state, version, recorded_incarnation(config), (), prepared, None, ids.thread_id
+            )
         return state
+
+    async def _opened(self, entry: Entry, thread_id: Any, key: str) -> Entry | None:
+        """A sealed entry opened; None (a miss, the entry dropped) when it does not open:
+        sealed under a key since removed, or tampered with. Never its ciphertext, never
+        garbage: the database answers instead, and the failure is logged."""
+        assert self._redis is not None
+        sealed = entry.state[SEALED_MEMBER]
+        try:
+            if len(entry.state) != 1 or not isinstance(sealed, str):
+                raise DecryptionError(thread_id, CACHE, None, "not a sealed entry")
+            state = decode(open_text(self.keys, sealed, thread_id, CACHE))
+        except (DecryptionError, ValueError) as exc:
+            where = f" ({key})" if telemetry.record_ids() else ""
+            log.warning("dropping a cache entry that does not decrypt%s: %s", where, exc)
+            await self._redis.drop([key])
+            return None
+        return Entry(state, entry.version, entry.incarnation)
 
     @traced()
     async def aput_state_cache(
@@ -475,7 +521,7 @@ class CachedCheckpointer:
             return False
         prefix = await self._key_prefix()
         key = cache_key(prefix, ids.thread_id, ids.user_id, ids.isolated)
-        body = _body(state, text)
+        body = _body(state, text, self.keys, ids.thread_id)
         if body is None:
             return False
         incarnation = recorded_incarnation(config)
@@ -486,7 +532,7 @@ class CachedCheckpointer:
         current = await self._incarnation(ids)
         if current is None or (incarnation is not None and incarnation != current):
             return False  # the thread is gone, or another life of it
-        return await self._put(key, state, version, current, (), prepared, text)
+        return await self._put(key, state, version, current, (), prepared, text, ids.thread_id)
 
     async def _incarnation(self, ids: RunIds) -> int | None:
         """The thread's incarnation in the database (None: absent, or not the caller's)."""

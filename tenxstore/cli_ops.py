@@ -1,5 +1,5 @@
-"""The operator's data-lifecycle commands of ``tenxstore``: ``delete-user``, ``prune``
-and ``stats`` (:func:`register` adds them to :data:`tenxstore.cli.app`).
+"""The operator's data-lifecycle commands of ``tenxstore``: ``delete-user``, ``prune``,
+``stats`` and ``rotate-keys`` (:func:`register` adds them to :data:`tenxstore.cli.app`).
 
 ``delete-user`` and ``prune`` take ``--redis-url`` (or ``TENXSTORE_REDIS_URL``) so the
 application's cache entries of what they delete are fenced too; when Redis cannot be
@@ -29,9 +29,10 @@ from .cli import (
     out,
 )
 from .lifecycle import DEFAULT_BATCH_SIZE, DeleteResult, parse_duration
+from .rotation import DEFAULT_ROTATION_BATCH, arotate_keys, astale_rows
 from .stats import StoreStats
 
-__all__ = ["delete_user", "prune", "register", "stats"]
+__all__ = ["delete_user", "prune", "register", "rotate_keys", "stats"]
 
 BatchSize = Annotated[
     int, typer.Option(help="Threads deleted per transaction (1 to 5000).", min=1, max=5000)
@@ -221,9 +222,47 @@ async def stats(
     _print_stats(found, top)
 
 
+@command
+async def rotate_keys(
+    batch_size: Annotated[
+        int, typer.Option(help="Rows sealed again per transaction (1 to 10000).", min=1, max=10000)
+    ] = DEFAULT_ROTATION_BATCH,
+    url: Url = DEFAULT_URL,
+    schema: Schema = None,
+) -> None:
+    """Seal every stored payload again under the current key of TENXSTORE_KEYS (the
+    first key; the others must include every key values are sealed under now), in
+    short batches while the application runs. Plaintext rows written before
+    encryption was turned on are sealed too. Run it again to resume; once it reports
+    nothing left, the old keys can be removed from TENXSTORE_KEYS."""
+    async with _repo(url, schema, reads_only=True) as repo:
+        if repo.keys is None:
+            _fail("set TENXSTORE_KEYS (key_id:base64key,...; the first is the new key)")
+        total = await astale_rows(repo)
+        done: dict[str, int] = {}
+        with _bar(f"sealing under key {repo.keys.current if repo.keys else ''}") as bar:
+            task = bar.add_task("rotate", total=total)
+
+            def advance(table: str, so_far: int) -> None:
+                done[table] = so_far
+                bar.update(task, completed=sum(done.values()))
+
+            result = await arotate_keys(repo, batch_size=batch_size, progress=advance)
+    table = Table("table", "rows sealed again", title=f"rotated to key {result.key_id}")
+    for name, count in result.rotated.items():
+        table.add_row(name, str(count))
+    out.print(table)
+    if result.raced:
+        out.print(f"{result.raced} row(s) were written meanwhile and were looked at again")
+    if not result.done:
+        _fail(f"{result.remaining} row(s) are still under another key: run it again")
+    out.print("every value is under the current key: the old keys can be removed")
+
+
 def register(app: typer.Typer) -> None:
     """Add the commands to ``app`` (the app of the running ``tenxstore.cli``, which is
     ``__main__`` under ``python -m tenxstore.cli``)."""
     app.command("delete-user")(delete_user)
     app.command()(prune)
     app.command()(stats)
+    app.command("rotate-keys")(rotate_keys)

@@ -15,6 +15,7 @@ __all__ = [
     "ConfigError",
     "ConnectionLost",
     "DatabaseUnavailable",
+    "DecryptionError",
     "ImportConflict",
     "LockTimeout",
     "SchemaNotReady",
@@ -125,6 +126,25 @@ class ThreadOwnershipError(TenxStoreError, PermissionError):
 
 class SerializationError(TenxStoreError, TypeError):
     """A state, message, argument or result cannot be stored; nothing was written."""
+
+
+class DecryptionError(TenxStoreError):
+    """A stored value does not decrypt: tampered, sealed under a key not in the key
+    ring, or moved from another thread or column. Never garbage, never plaintext.
+
+    Attributes:
+        thread_id: The thread the value was read for.
+        column: Where it was read (``states.state_data``, ``cache``...).
+        key_id: The key id its envelope names (None when it names none).
+    """
+
+    def __init__(self, thread_id: Any, column: str, key_id: str | None, reason: str) -> None:
+        self.thread_id = thread_id
+        self.column = column
+        self.key_id = key_id
+        super().__init__(
+            f"cannot decrypt {column} of thread {thread_id!r} (key id {key_id!r}): {reason}"
+        )
 
 
 class ConnectionLost(TenxStoreError, ConnectionError):

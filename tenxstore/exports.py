@@ -9,11 +9,29 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from .crypto import (
+    ARGS,
+    BLOB,
+    CHECKPOINT,
+    ERROR,
+    MESSAGE,
+    META,
+    METADATA,
+    NAME,
+    RESULT,
+    STATE,
+    WRITE,
+    KeyRing,
+    check_type,
+    open_text,
+    open_typed,
+)
 from .deltas import BrokenChain, Stored, rebuild
 from .errors import ConfigError, ImportConflict, SerializationError
 from .langgraph_tables import run_id_of
@@ -62,7 +80,7 @@ class ThreadExports:
                 stmt = stmt.where(t.c.thread_id > after)
             rows = await self._store.read(stmt)
             for row in rows:
-                yield thread_info(row)
+                yield thread_info(row, self._store.keys)
             if len(rows) < batch:
                 return
             after = rows[-1].thread_id
@@ -100,21 +118,24 @@ class ThreadExports:
             (await conn.execute(select(*b.c).where(b.c.thread_id == thread_id))).all(),
             key=lambda r: (r.checkpoint_ns, r.channel, r.version),
         )
+        keys = self._store.keys
         return ThreadExport(
-            thread=thread_info(row),
-            states=tuple(snapshot_of(r) for r in states),
+            thread=thread_info(row, keys),
+            states=tuple(snapshot_of(r, thread_id, keys) for r in states),
             messages=tuple(
-                MessageRecord(decode(r.payload), utc(r.created_at))  # type: ignore[arg-type]
+                MessageRecord(
+                    decode(open_text(keys, r.payload, thread_id, MESSAGE)),
+                    utc(r.created_at),  # type: ignore[arg-type]
+                )
                 for r in messages
             ),
-            tool_executions=tuple(tool_execution(thread_id, r) for r in calls),
+            tool_executions=tuple(tool_execution(thread_id, r, keys) for r in calls),
             langgraph_checkpoints=tuple(
                 LangGraphCheckpoint(
                     r.checkpoint_ns,
                     r.checkpoint_id,
                     r.parent_checkpoint_id,
-                    r.type,
-                    bytes(r.checkpoint),
+                    *open_typed(keys, r.type, bytes(r.checkpoint), thread_id, CHECKPOINT),
                     decode(r.metadata),
                     utc(r.created_at),  # type: ignore[arg-type]
                     None if r.versions is None else decode(r.versions),
@@ -128,13 +149,12 @@ class ThreadExports:
                     r.task_id,
                     r.idx,
                     r.channel,
-                    r.type,
-                    bytes(r.value),
+                    *open_typed(keys, r.type, bytes(r.value), thread_id, WRITE),
                     r.task_path,
                 )
                 for r in writes
             ),
-            langgraph_blobs=_whole_blobs(blobs),
+            langgraph_blobs=_whole_blobs([_opened_blob(keys, thread_id, r) for r in blobs]),
         )
 
     async def aexport_thread(self, config: dict[str, Any]) -> ThreadExport | None:
@@ -227,6 +247,8 @@ class ThreadExports:
                     await store.delete_thread(conn, thread_id)
                     replaced = Commit(thread_id, row.user_id, row.incarnation, row.version)
                     done = Imported("replaced", replaced)
+                if store.keys is not None:
+                    new = _sealed(store.keys, thread_id, new)
                 await conn.execute(insert(t), [new["thread"]])
                 lg = (
                     (store.tables.lg_checkpoints, "lg_checkpoints"),
@@ -238,6 +260,41 @@ class ThreadExports:
                         await conn.execute(insert(table), new[key])
                 outcomes.append(done)
         return outcomes
+
+
+_SEALED = {
+    "thread": (("name", NAME), ("metadata", METADATA)),
+    "states": (("state_data", STATE), ("meta", META)),
+    "messages": (("payload", MESSAGE),),
+    "tool_executions": (("args", ARGS), ("result", RESULT), ("error", ERROR)),
+}
+
+
+def _sealed(keys: KeyRing, thread_id: Any, rows: dict[str, Any]) -> dict[str, Any]:
+    """:func:`import_rows` with every payload sealed for ``thread_id``."""
+
+    def seal(row: dict[str, Any], columns: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+        out = dict(row)
+        for name, column in columns:
+            if out[name] is not None:
+                out[name] = keys.seal(out[name], thread_id, column)
+        return out
+
+    def seal_typed(row: dict[str, Any], name: str, column: str) -> dict[str, Any]:
+        kind, data = keys.seal_typed(row["type"], row[name], thread_id, column)
+        return {**row, "type": kind, name: data}
+
+    sealed = dict(rows)
+    sealed["thread"] = seal(rows["thread"], _SEALED["thread"])
+    for key in ("states", "messages", "tool_executions"):
+        sealed[key] = [seal(row, _SEALED[key]) for row in rows[key]]
+    for key, name, column in (
+        ("lg_checkpoints", "checkpoint", CHECKPOINT),
+        ("lg_writes", "value", WRITE),
+        ("lg_blobs", "blob", BLOB),
+    ):
+        sealed[key] = [seal_typed(row, name, column) for row in rows[key]]
+    return sealed
 
 
 def _bounded(what: str, value: object, top: int) -> int:
@@ -400,7 +457,7 @@ def _lg_checkpoint(thread_id: Any, i: int, c: Any) -> dict[str, Any]:
         "parent_checkpoint_id": None
         if parent is None
         else _text(parent, f"{where}.parent_checkpoint_id", 64),
-        "type": _text(c.type, f"{where}.type", 64),
+        "type": check_type(_text(c.type, f"{where}.type", 64)),
         "checkpoint": _blob(c.checkpoint, f"{where}.checkpoint"),
         "metadata": Store.encode_object(c.metadata, f"{where}.metadata"),
         "created_at": _datetime(c.created_at, f"{where}.created_at"),
@@ -426,7 +483,7 @@ def _lg_blob(thread_id: Any, i: int, b: Any) -> dict[str, Any]:
         "checkpoint_ns": _text(b.checkpoint_ns, f"{where}.checkpoint_ns", 255),
         "channel": _text(b.channel, f"{where}.channel", 255),
         "version": _text(b.version, f"{where}.version", 255),
-        "type": _text(b.type, f"{where}.type", 64),
+        "type": check_type(_text(b.type, f"{where}.type", 64)),
         "blob": _blob(b.blob, f"{where}.blob"),
     }
 
@@ -444,10 +501,26 @@ def _lg_write(thread_id: Any, i: int, w: Any) -> dict[str, Any]:
         "task_id": _text(w.task_id, f"{where}.task_id", 255),
         "idx": w.idx,
         "channel": _text(w.channel, f"{where}.channel", 10_000),
-        "type": _text(w.type, f"{where}.type", 64),
+        "type": check_type(_text(w.type, f"{where}.type", 64)),
         "value": _blob(w.value, f"{where}.value"),
         "task_path": _text(w.task_path, f"{where}.task_path", 10_000),
     }
+
+
+def _opened_blob(keys: KeyRing | None, thread_id: Any, r: Any) -> Any:
+    """An ``lg_blobs`` row with its value opened (see :func:`~tenxstore.crypto.open_typed`)."""
+    kind, blob = open_typed(keys, r.type, bytes(r.blob), thread_id, BLOB)
+    return SimpleNamespace(
+        checkpoint_ns=r.checkpoint_ns,
+        channel=r.channel,
+        version=r.version,
+        type=kind,
+        blob=blob,
+        base=r.base,
+        splice=r.splice,
+        skip=r.skip,
+        uid=r.uid,
+    )
 
 
 def _whole_blobs(rows: list[Any]) -> tuple[LangGraphBlob, ...]:

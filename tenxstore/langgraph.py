@@ -52,6 +52,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError("tenxstore.langgraph needs: pip install 'tenxstore[langgraph]'") from exc
 
 from .config import INCARNATION_KEY
+from .crypto import CHECKPOINT, WRITE, open_typed
 from .errors import ConfigError
 from .langgraph_tables import KEY, Values, run_id_of
 from .loops import BackgroundLoop
@@ -389,10 +390,17 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             configurable["user_id"] = row.user_id
         return {"configurable": configurable}
 
+    def _loads(self, kind: str, data: bytes, thread_id: Any, column: str) -> Any:
+        """A stored LangGraph value (opened when sealed) through the serde."""
+        return self.serde.loads_typed(
+            open_typed(self._tables.keys, kind, bytes(data), thread_id, column)
+        )
+
     def _tuple(
         self, row: Any, writes: list[Any], values: Mapping[str, tuple[str, bytes]]
     ) -> CheckpointTuple:
-        checkpoint: Checkpoint = self.serde.loads_typed((row.type, row.checkpoint))
+        thread = row.thread_id
+        checkpoint: Checkpoint = self._loads(row.type, row.checkpoint, thread, CHECKPOINT)
         restore_versions(checkpoint, row.versions)
         if values:  # kept in lg_blobs (a checkpoint written before 0005 has them inline)
             checkpoint["channel_values"] = {
@@ -409,7 +417,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             metadata=decode(row.metadata),
             parent_config=parent,
             pending_writes=[
-                (w.task_id, w.channel, self.serde.loads_typed((w.type, w.value))) for w in writes
+                (w.task_id, w.channel, self._loads(w.type, w.value, thread, WRITE)) for w in writes
             ],
         )
 
@@ -464,6 +472,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         conf = scoped["configurable"]
         ns = conf.get("checkpoint_ns", "")
         steps = await self._tables.history(scoped, ns, get_checkpoint_id(config), set(channels))
+        thread = self._tables.thread_id_of(scoped)
         collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
         seeds: dict[str, Any] = {}
         remaining = set(channels)
@@ -473,11 +482,11 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             for w in reversed(writes):
                 if w.channel in remaining:
                     collected[w.channel].append(
-                        (w.task_id, w.channel, self.serde.loads_typed((w.type, w.value)))
+                        (w.task_id, w.channel, self._loads(w.type, w.value, thread, WRITE))
                     )
             held = {ch: self.serde.loads_typed(typed) for ch, typed in values.items()}
             if inline is not None:  # values kept in the checkpoint itself
-                checkpoint = self.serde.loads_typed((inline.type, inline.checkpoint))
+                checkpoint = self._loads(inline.type, inline.checkpoint, thread, CHECKPOINT)
                 held = {**checkpoint["channel_values"], **held}
             for channel in [c for c in remaining if c in held]:
                 seeds[channel] = held[channel]

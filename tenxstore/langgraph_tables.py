@@ -40,6 +40,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.util import ClauseAdapter
 
 from .config import RunIds, recorded_incarnation
+from .crypto import BLOB, CHECKPOINT, WRITE, KeyRing, check_type, open_typed
 from .deltas import MAX_DEPTH, Base, Bases, BlobWrite, BrokenChain, Stored, blob_write, rebuild
 from .errors import SerializationError, StaleStateError, TenxStoreError
 from .serde import decode, encode
@@ -1062,6 +1063,33 @@ class LangGraphTables:
             return None
         return self._one
 
+    @property
+    def keys(self) -> KeyRing | None:
+        """The key ring values are sealed with, or None."""
+        return self._store.keys
+
+    def thread_id_of(self, config: dict[str, Any]) -> Any:
+        """The thread id of a call, as validated (an int for int id types)."""
+        return self._store.ids(config).thread_id
+
+    def _seal(self, kind: str, data: bytes, thread_id: Any, column: str) -> tuple[str, bytes]:
+        """A ``(type, bytes)`` as it is stored: sealed when a key ring is configured."""
+        check_type(kind)
+        keys = self._store.keys
+        return (kind, data) if keys is None else keys.seal_typed(kind, data, thread_id, column)
+
+    def _sealed(
+        self, kind: str, data: bytes, thread_id: Any, column: str, name: str
+    ) -> dict[str, Any]:
+        """``{"type": ..., name: ...}`` as stored (see :meth:`_seal`)."""
+        kind, data = self._seal(kind, data, thread_id, column)
+        return {"type": kind, name: data}
+
+    def _stored(self, thread_id: Any, r: Any, data: Any) -> Stored:
+        """An ``lg_blobs`` row (its bytes ``data``) as a :class:`Stored`, opened."""
+        kind, blob = open_typed(self._store.keys, r.type, bytes(data), thread_id, BLOB)
+        return Stored(kind, blob, r.base, r.splice, r.skip, r.uid)
+
     def _blob_writes(self, thread_id: Any, ns: str, values: Values | None) -> list[BlobWrite]:
         """The new values of a put, serialized (outside any lock), each as a delta of
         the channel's last value this process knows where it can be."""
@@ -1110,6 +1138,7 @@ class LangGraphTables:
         """
         ids = self._store.ids(config)
         now = self._store.now()
+        typed = self._seal(typed[0], typed[1], ids.thread_id, CHECKPOINT)
         key = (ids.thread_id, ns)
         limit = history_limit
         # pruned once the namespace holds half the limit more than it kept last (a
@@ -1254,6 +1283,7 @@ class LangGraphTables:
         life = recorded_incarnation(config)
         unchanged = {ch: v for ch, v in values.versions.items() if ch not in values.new}
         based = [bw for bw in blobs if bw.base is not None]
+        sealed = [self._seal(bw.type, bw.blob, ids.thread_id, BLOB) for bw in blobs]
         return await one.put(
             ids.isolated,
             {
@@ -1276,8 +1306,8 @@ class LangGraphTables:
                 "nb": len(based),
                 "ch": [bw.channel for bw in blobs],
                 "ver": [bw.version for bw in blobs],
-                "ty": [bw.type for bw in blobs],
-                "bl": [bw.blob for bw in blobs],
+                "ty": [kind for kind, _ in sealed],
+                "bl": [data for _, data in sealed],
                 "ba": [None if bw.base is None else bw.base.version for bw in blobs],
                 "sp": [bw.splice for bw in blobs],
                 "sk": [bw.skip for bw in blobs],
@@ -1342,8 +1372,7 @@ class LangGraphTables:
                 "checkpoint_ns": ns,
                 "channel": bw.channel,
                 "version": bw.version,
-                "type": bw.type,
-                "blob": bw.blob,
+                **self._sealed(bw.type, bw.blob, thread_id, BLOB, "blob"),
                 "base": None if bw.base is None else bw.base.version,
                 "splice": bw.splice,
                 "skip": bw.skip,
@@ -1374,18 +1403,17 @@ class LangGraphTables:
             )
             stored: dict[str, dict[str, Stored]] = {}
             for r in await conn.execute(_chain(self._store, thread_id, ns, resting)):
-                stored.setdefault(r.channel, {})[r.version] = Stored(
-                    r.type, bytes(r.blob), r.base, r.splice, r.skip, r.uid
-                )
+                stored.setdefault(r.channel, {})[r.version] = self._stored(thread_id, r, r.blob)
             for channel, rows in stored.items():
                 for version, row in rows.items():
                     if row.base is None or (channel, row.base) not in batch:
                         continue
-                    _, whole, _, _ = rebuild(rows, version)
+                    kind, whole, _, _ = rebuild(rows, version)
+                    kind, whole = self._seal(kind, whole, thread_id, BLOB)
                     await conn.execute(
                         update(b)
                         .where(*here, b.c.channel == channel, b.c.version == version)
-                        .values(blob=whole, base=None, splice=None, skip=None)
+                        .values(type=kind, blob=whole, base=None, splice=None, skip=None)
                     )
 
     def _remember(self, key: tuple[Any, str], kept: int) -> None:
@@ -1539,7 +1567,13 @@ class LangGraphTables:
                 unique[(row["task_id"], row["idx"])] = row
             else:
                 unique.setdefault((row["task_id"], row["idx"]), row)
-        rows = list(unique.values())
+        rows = [
+            {
+                **row,
+                **self._sealed(row["type"], row["value"], ids.thread_id, WRITE, "value"),
+            }
+            for row in unique.values()
+        ]
         if self._store.store_id is None:
             await self._store.ensure_ready()
         one = self._one_statement()
@@ -1730,6 +1764,7 @@ class LangGraphTables:
         for channel, version, kind, blob, base, splice, skip, uid in zip(
             *(getattr(row, f"b_{name}") or () for name in _BLOB_COLUMNS), strict=True
         ):
+            kind, blob = open_typed(self._store.keys, kind, blob, row.thread_id, BLOB)
             stored.setdefault(channel, {})[version] = Stored(kind, blob, base, splice, skip, uid)
         values: dict[str, tuple[str, bytes]] = {}
         if row.versions is not None:
@@ -1798,9 +1833,7 @@ class LangGraphTables:
                     tuple_(b.c.channel, b.c.version).in_(batch),
                 )
                 for r in await conn.execute(_chain(self._store, thread_id, ns, keys)):
-                    space.setdefault(r.channel, {})[r.version] = Stored(
-                        r.type, bytes(r.blob), r.base, r.splice, r.skip, r.uid
-                    )
+                    space.setdefault(r.channel, {})[r.version] = self._stored(thread_id, r, r.blob)
         values: dict[tuple[Any, str, str], dict[str, tuple[str, bytes]]] = {}
         for row, versions in named:
             t, ns = row.thread_id, row.checkpoint_ns
@@ -1910,8 +1943,8 @@ class LangGraphTables:
                         tuple_(b.c.channel, b.c.version).in_(wanted),
                     )
                     for r in await conn.execute(_chain(store, ids.thread_id, ns, keys)):
-                        values.setdefault(r.channel, {})[r.version] = Stored(
-                            r.type, bytes(r.blob), r.base, r.splice, r.skip, r.uid
+                        values.setdefault(r.channel, {})[r.version] = self._stored(
+                            ids.thread_id, r, r.blob
                         )
                 inline_rows = {}
                 if inline:
@@ -1983,8 +2016,8 @@ class LangGraphTables:
             elif r.kind == 1:
                 writes.setdefault(r.checkpoint_id, []).append(r)
             else:
-                stored.setdefault(r.channel, {})[r.version] = Stored(
-                    r.type, bytes(r.value), r.base, r.splice, r.skip, r.uid
+                stored.setdefault(r.channel, {})[r.version] = self._stored(
+                    ids.thread_id, r, r.value
                 )
         if walked and walked[-1].rest and walked[-1].depth >= _HISTORY_DEPTH:
             return None  # deeper than one statement walks: batches
@@ -2153,8 +2186,27 @@ class LangGraphTables:
             await store.claim_thread(conn, ids, locked, store.now())
             for table in (w, b, store.tables.lg_heads, c):
                 await conn.execute(delete(table).where(table.c.thread_id == dst.thread_id))
-            for table in (c, w, b):
+            for table, (data, column) in (
+                (c, ("checkpoint", CHECKPOINT)),
+                (w, ("value", WRITE)),
+                (b, ("blob", BLOB)),
+            ):
                 if rows[table]:
                     await conn.execute(
-                        insert(table), [{**r, "thread_id": dst.thread_id} for r in rows[table]]
+                        insert(table),
+                        [
+                            self._moved(r, data, column, src.thread_id, dst.thread_id)
+                            for r in rows[table]
+                        ],
                     )
+
+    def _moved(
+        self, row: dict[str, Any], data: str, column: str, src: Any, dst: Any
+    ) -> dict[str, Any]:
+        """A row copied to thread ``dst``: a sealed value opened and sealed again for it
+        (its associated data names the thread)."""
+        moved = {**row, "thread_id": dst}
+        if row["type"][:1] == "!" or self._store.keys is not None:
+            kind, plain = open_typed(self._store.keys, row["type"], bytes(row[data]), src, column)
+            moved["type"], moved[data] = self._seal(kind, plain, dst, column)
+        return moved

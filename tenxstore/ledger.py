@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from . import telemetry
 from .config import RunIds, recorded_incarnation
+from .crypto import ARGS, ERROR, RESULT
 from .errors import (
     ConfigError,
     SerializationError,
@@ -163,15 +164,15 @@ class ToolLedger:
                         thread_id=ids.thread_id,
                         tool_call_id=call_id,
                         tool_name=tool_name,
-                        args=args_text,
+                        args=store.seal(args_text, ids.thread_id, ARGS),
                         attempts=1,
                         **claim,
                     )
                 )
                 row = await self._call_row(conn, ids, call_id)
                 telemetry.tool_outcome(log, "claimed", tool_name)
-                return tool_execution(ids.thread_id, row), (life, 1)
-            stored = decode(row.args)
+                return tool_execution(ids.thread_id, row, store.keys), (life, 1)
+            stored = decode(store.open(row.args, ids.thread_id, ARGS))
             if row.tool_name != tool_name or encode(stored, sort_keys=True) != canonical:
                 telemetry.tool_outcome(log, "mismatch", tool_name)
                 raise ToolExecutionMismatch(
@@ -180,7 +181,7 @@ class ToolLedger:
                 )
             if row.status == "succeeded":
                 telemetry.tool_outcome(log, "replayed", tool_name)
-                return tool_execution(ids.thread_id, row), None
+                return tool_execution(ids.thread_id, row, store.keys), None
             if _live(row, clock):
                 telemetry.tool_outcome(log, "in_progress", tool_name)
                 raise ToolExecutionInProgress(ids.thread_id, call_id, utc(row.lease_expires_at))
@@ -194,7 +195,7 @@ class ToolLedger:
                 )
             ).one()
         telemetry.tool_outcome(log, again, tool_name)
-        return tool_execution(ids.thread_id, row), (life, row.attempts)
+        return tool_execution(ids.thread_id, row, store.keys), (life, row.attempts)
 
     def _key(self, ids: RunIds, call_id: str) -> _ClaimKey:
         return (id(self._store), ids.thread_id, call_id)
@@ -289,7 +290,7 @@ class ToolLedger:
                 )
             if row.status == "succeeded":
                 telemetry.tool_outcome(log, "kept", row.tool_name)
-                return tool_execution(ids.thread_id, row)  # the first success wins
+                return tool_execution(ids.thread_id, row, store.keys)  # the first success wins
             if life is not None and locked.incarnation != life:  # a claim of a life gone
                 telemetry.tool_outcome(log, "claim_lost", row.tool_name)
                 raise ToolExecutionClaimLost(
@@ -308,8 +309,10 @@ class ToolLedger:
                     .where(x.c.thread_id == ids.thread_id, x.c.tool_call_id == call_id)
                     .values(
                         status=status,
-                        result=result,
-                        error=error,
+                        result=None
+                        if result is None
+                        else store.seal(result, ids.thread_id, RESULT),
+                        error=None if error is None else store.seal(error, ids.thread_id, ERROR),
                         lease_expires_at=None,
                         finished_at=clock,
                     )
@@ -318,7 +321,7 @@ class ToolLedger:
             ).one()
         _took(self._key(ids, call_id), None)
         telemetry.tool_outcome(log, status, row.tool_name)
-        return tool_execution(ids.thread_id, row)
+        return tool_execution(ids.thread_id, row, store.keys)
 
     async def aget_tool_execution(
         self, config: dict[str, Any], tool_call_id: str
@@ -333,7 +336,7 @@ class ToolLedger:
                 x.c.thread_id == store.visible_thread(ids), x.c.tool_call_id == call_id
             )
         )
-        return tool_execution(ids.thread_id, rows[0]) if rows else None
+        return tool_execution(ids.thread_id, rows[0], store.keys) if rows else None
 
     async def alist_tool_executions(self, config: dict[str, Any]) -> list[ToolExecution]:
         """Every tool call of the thread, in the order they were first claimed."""
@@ -345,7 +348,7 @@ class ToolLedger:
             .where(x.c.thread_id == store.visible_thread(ids))
             .order_by(x.c.started_at, x.c.tool_call_id)
         )
-        return [tool_execution(ids.thread_id, row) for row in rows]
+        return [tool_execution(ids.thread_id, row, store.keys) for row in rows]
 
     async def arun_tool_once(
         self,

@@ -279,7 +279,7 @@ class Lifecycle:
                 rows = await conn.execute(
                     select(*t.c).where(where).order_by(t.c.updated_at, t.c.thread_id).limit(sample)
                 )
-                shown = tuple(thread_info(row) for row in rows)
+                shown = tuple(thread_info(row, self._store.keys) for row in rows)
         return DeleteResult(**counts, dry_run=True, sample=shown)
 
     async def _delete(

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from ._asyncpg_pool import engine_from_asyncpg_pool
 from .backends import PoolMode, async_url
 from .cache import DEFAULT_KEY_PREFIX, CachedCheckpointer
+from .crypto import KeyRing
 from .errors import ConfigError
 from .repository import CheckpointRepository
 from .validate import IdType
@@ -51,6 +52,8 @@ class PgCheckpointer(CachedCheckpointer):
             the store's id; a prefix you pass is used verbatim).
         lock_timeout: Seconds a write waits for a thread's lock (``LockTimeout``).
         pool_mode: ``"transaction"`` behind a transaction-pooling PgBouncer.
+        keys: The key ring that seals every payload and cache entry (``None``: read
+            ``TENXSTORE_KEYS``; unset, stored in clear). See docs/encryption.md.
 
     Raises:
         ValueError: The PostgreSQL side or the Redis side is missing, or an argument
@@ -77,6 +80,7 @@ class PgCheckpointer(CachedCheckpointer):
         key_prefix: str = DEFAULT_KEY_PREFIX,
         lock_timeout: float | None = 30.0,
         pool_mode: PoolMode = "session",
+        keys: KeyRing | None = None,
     ) -> None:
         if (postgres_dsn is None) == (pg_pool is None):
             raise ConfigError("PgCheckpointer needs exactly one of postgres_dsn= or pg_pool=")
@@ -112,6 +116,7 @@ class PgCheckpointer(CachedCheckpointer):
             tool_lease_seconds=tool_lease_seconds,
             lock_timeout=lock_timeout,
             pool_mode=pool_mode,
+            keys=keys,
         )
         if redis_pool_config and redis_url is None:
             raise ConfigError("redis_pool_config applies only to a client created from redis_url")
@@ -139,6 +144,7 @@ class SqliteCheckpointer(_OptionalCache):
         key_prefix: First segment of every cache key (by default ``state_cache`` and
             the store's id; a prefix you pass is used verbatim).
         lock_timeout: Seconds a writer waits for the database's write lock.
+        keys: The key ring that seals every payload (see ``CheckpointRepository``).
     """
 
     def __init__(
@@ -153,6 +159,7 @@ class SqliteCheckpointer(_OptionalCache):
         tool_lease_seconds: float = 900,
         key_prefix: str = DEFAULT_KEY_PREFIX,
         lock_timeout: float | None = 30.0,
+        keys: KeyRing | None = None,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
             raise ConfigError(f"path must be a file path or a sqlite:/// URL, not {path!r}")
@@ -170,6 +177,7 @@ class SqliteCheckpointer(_OptionalCache):
             enforce_user_isolation=enforce_user_isolation,
             tool_lease_seconds=tool_lease_seconds,
             lock_timeout=lock_timeout,
+            keys=keys,
         )
         super().__init__(
             repository, redis=redis, redis_url=redis_url, cache_ttl=cache_ttl, key_prefix=key_prefix
@@ -181,6 +189,7 @@ class InMemoryCheckpointer(_OptionalCache):
 
     Not durable: everything is lost when the process ends, and nothing is shared with
     other processes or other instances. The schema is created on first use.
+    ``keys`` seals payloads as ``CheckpointRepository`` does (useful to test with).
     """
 
     def __init__(
@@ -189,11 +198,13 @@ class InMemoryCheckpointer(_OptionalCache):
         state_history_limit: int = 20,
         enforce_user_isolation: bool = True,
         tool_lease_seconds: float = 900,
+        keys: KeyRing | None = None,
     ) -> None:
         repository = CheckpointRepository(
             "sqlite+aiosqlite://",
             state_history_limit=state_history_limit,
             enforce_user_isolation=enforce_user_isolation,
             tool_lease_seconds=tool_lease_seconds,
+            keys=keys,
         )
         super().__init__(repository)

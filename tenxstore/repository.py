@@ -25,6 +25,7 @@ from . import migrate
 from .backends import DEFAULT_LOCK_TIMEOUT_S, POOL_MODES, Backend, PoolMode, open_backend
 from .backends.base import HeadWrite
 from .config import record_read, recorded_incarnation, recorded_version
+from .crypto import MESSAGE, META, METADATA, NAME, STATE, KeyRing
 from .errors import ConfigError, SerializationError, StaleStateError, TenxStoreError
 from .exports import ThreadExports
 from .langgraph_tables import LangGraphTables
@@ -91,6 +92,9 @@ class CheckpointRepository:
             statement names (for engines tenxstore creates; pass
             :func:`tenxstore.transaction_pooling_args` as ``connect_args`` to your own),
             every statement inside a transaction, ``lock_timeout`` set per transaction.
+        keys: The :class:`~tenxstore.crypto.KeyRing` that seals every payload
+            (AES-256-GCM; see docs/encryption.md). ``None`` reads ``TENXSTORE_KEYS``;
+            when that is unset too, payloads are stored in clear.
 
     Raises:
         ConfigError: An argument is invalid (a ``ValueError``).
@@ -109,8 +113,13 @@ class CheckpointRepository:
         tool_lease_seconds: float = 900,
         lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT_S,
         pool_mode: PoolMode = "session",
+        keys: KeyRing | None = None,
     ) -> None:
         pool_mode = check_choice("pool_mode", pool_mode, POOL_MODES)
+        if keys is None:
+            keys = KeyRing.from_env()
+        elif not isinstance(keys, KeyRing):
+            raise ConfigError(f"keys must be a tenxstore.KeyRing, not {type(keys).__name__}")
         if lock_timeout is not None:
             lock_timeout = check_positive_number("lock_timeout", lock_timeout)
         if not is_int(state_history_limit):
@@ -125,6 +134,7 @@ class CheckpointRepository:
             tool_lease=timedelta(
                 seconds=check_positive_number("tool_lease_seconds", tool_lease_seconds)
             ),
+            keys=keys,
         )
         if schema is not None and (not isinstance(schema, str) or not schema):
             raise ConfigError(f"schema must be a non-empty str, not {schema!r}")
@@ -147,6 +157,8 @@ class CheckpointRepository:
         self.state_history_limit = state_history_limit
         self.enforce_user_isolation = settings.enforce_user_isolation
         self.tool_lease_seconds = settings.tool_lease.total_seconds()
+        self.keys = keys
+        """The key ring payloads are sealed with, or None (stored in clear)."""
         self.ledger = ToolLedger(store)
         """The tool ledger (:class:`~tenxstore.ledger.ToolLedger`)."""
         self.exports = ThreadExports(store)
@@ -359,6 +371,12 @@ class CheckpointRepository:
         payload = encode_state(state)
         meta_text = None if meta is None else store.encode_object(meta, "meta")
         message_rows = store.encode_messages(messages)
+        stored = payload  # the cache is given the plaintext; the database the sealed text
+        if store.keys is not None:
+            stored = store.keys.seal(payload, ids.thread_id, STATE)
+            if meta_text is not None:
+                meta_text = store.keys.seal(meta_text, ids.thread_id, META)
+            message_rows = store.seal_messages(message_rows, ids.thread_id)
         now = store.now()
         owner = ids.user_id if ids.isolated else None
         head = await store.commit_head(
@@ -367,7 +385,7 @@ class CheckpointRepository:
                 owner,
                 expected,
                 expected_life,
-                payload,
+                stored,
                 meta_text,
                 now,
                 message_rows,
@@ -393,7 +411,7 @@ class CheckpointRepository:
                 {
                     "b_thread": ids.thread_id,
                     "b_version": version,
-                    "b_state": payload,
+                    "b_state": stored,
                     "b_meta": meta_text,
                     "b_now": now,
                     "b_upto": upto,
@@ -414,14 +432,15 @@ class CheckpointRepository:
     @traced()
     async def aget_state(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The latest durable state, or None; records its version (0 when none) in config."""
-        head = await self._store.read_head(self._store.ids(config))
+        ids = self._store.ids(config)
+        head = await self._store.read_head(ids)
         if head is None:
             record_read(config, 0, None)
             return None
         record_read(config, head.version, head.incarnation)
         if head.state is None:
             return None
-        state: dict[str, Any] = decode(head.state)
+        state: dict[str, Any] = decode(self._store.open(head.state, ids.thread_id, STATE))
         return state
 
     @traced()
@@ -454,7 +473,7 @@ class CheckpointRepository:
             .order_by(s.c.version.desc())
             .limit(limit)
         )
-        return [snapshot_of(row) for row in await store.read(stmt)]
+        return [snapshot_of(row, ids.thread_id, store.keys) for row in await store.read(stmt)]
 
     @traced()
     async def aget_messages(
@@ -482,7 +501,10 @@ class CheckpointRepository:
             )
             stmt = stmt.where(m.c.seq > after)
         stmt = stmt.order_by(m.c.seq).limit(limit)
-        return [decode(row.payload) for row in await store.read(stmt)]
+        return [
+            decode(store.open(row.payload, ids.thread_id, MESSAGE))
+            for row in await store.read(stmt)
+        ]
 
     # -- threads ---------------------------------------------------------------------
 
@@ -503,9 +525,11 @@ class CheckpointRepository:
         if name is not None:
             if not isinstance(name, str):
                 raise SerializationError(f"name must be a str, not {type(name).__name__}")
-            values["name"] = encode(name, "name")
+            values["name"] = store.seal(encode(name, "name"), ids.thread_id, NAME)
         if metadata is not None:
-            values["metadata"] = store.encode_object(metadata, "metadata")
+            values["metadata"] = store.seal(
+                store.encode_object(metadata, "metadata"), ids.thread_id, METADATA
+            )
         now = store.now()
         t = store.tables.threads
         async with store.write(ids.thread_id) as (conn, locked):
@@ -518,7 +542,7 @@ class CheckpointRepository:
                     .returning(*t.c)
                 )
             ).one()
-        return thread_info(row)
+        return thread_info(row, store.keys)
 
     @traced()
     async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
@@ -526,7 +550,7 @@ class CheckpointRepository:
         store = self._store
         ids = store.ids(config)
         rows = await store.read(select(*store.tables.threads.c).where(store.owned(ids)))
-        return thread_info(rows[0]) if rows else None
+        return thread_info(rows[0], store.keys) if rows else None
 
     @traced()
     async def alist_threads(
@@ -546,7 +570,7 @@ class CheckpointRepository:
         stmt = (
             stmt.order_by(t.c.updated_at.desc(), t.c.thread_id.desc()).limit(limit).offset(offset)
         )
-        return [thread_info(row) for row in await store.read(stmt)]
+        return [thread_info(row, store.keys) for row in await store.read(stmt)]
 
     @traced(write=True)
     async def aclean_thread(self, config: dict[str, Any]) -> bool:

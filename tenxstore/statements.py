@@ -18,6 +18,7 @@ from sqlalchemy import and_, bindparam, delete, insert, select, update
 from sqlalchemy.sql.elements import BindParameter
 
 from .backends import Backend
+from .crypto import ARGS, ERROR, META, METADATA, NAME, RESULT, STATE, KeyRing, open_text
 from .models import Tables
 from .serde import decode
 from .types import StateSnapshot, ThreadInfo, ToolExecution
@@ -72,39 +73,45 @@ def utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=timezone.utc)
 
 
-def snapshot_of(row: Any) -> StateSnapshot:
-    """A ``states`` row as a :class:`StateSnapshot`."""
+def snapshot_of(row: Any, thread_id: Any, keys: KeyRing | None) -> StateSnapshot:
+    """A ``states`` row of ``thread_id`` as a :class:`StateSnapshot` (opened with
+    ``keys`` when sealed)."""
     return StateSnapshot(
         version=row.version,
-        state=decode(row.state_data),
-        meta={} if row.meta is None else decode(row.meta),
+        state=decode(open_text(keys, row.state_data, thread_id, STATE)),
+        meta={} if row.meta is None else decode(open_text(keys, row.meta, thread_id, META)),
         created_at=utc(row.created_at),  # type: ignore[arg-type]  # never NULL
     )
 
 
-def thread_info(row: Any) -> ThreadInfo:
-    """A ``threads`` row as a :class:`ThreadInfo`."""
+def thread_info(row: Any, keys: KeyRing | None) -> ThreadInfo:
+    """A ``threads`` row as a :class:`ThreadInfo` (opened with ``keys`` when sealed)."""
+    tid = row.thread_id
     return ThreadInfo(
-        thread_id=row.thread_id,
+        thread_id=tid,
         user_id=row.user_id,
-        name=None if row.name is None else decode(row.name),
-        metadata={} if row.metadata is None else decode(row.metadata),
+        name=None if row.name is None else decode(open_text(keys, row.name, tid, NAME)),
+        metadata={}
+        if row.metadata is None
+        else decode(open_text(keys, row.metadata, tid, METADATA)),
         created_at=utc(row.created_at),
         updated_at=utc(row.updated_at),
         version=row.version,
     )
 
 
-def tool_execution(thread_id: Any, row: Any) -> ToolExecution:
-    """A ``tool_executions`` row as a :class:`ToolExecution`."""
+def tool_execution(thread_id: Any, row: Any, keys: KeyRing | None) -> ToolExecution:
+    """A ``tool_executions`` row as a :class:`ToolExecution` (opened with ``keys``)."""
     return ToolExecution(
         thread_id=thread_id,
         tool_call_id=row.tool_call_id,
         tool_name=row.tool_name,
-        args=decode(row.args),
+        args=decode(open_text(keys, row.args, thread_id, ARGS)),
         status=row.status,
-        result=None if row.result is None else decode(row.result),
-        error=None if row.error is None else decode(row.error),
+        result=None
+        if row.result is None
+        else decode(open_text(keys, row.result, thread_id, RESULT)),
+        error=None if row.error is None else decode(open_text(keys, row.error, thread_id, ERROR)),
         attempts=row.attempts,
         started_at=utc(row.started_at),  # type: ignore[arg-type]  # never NULL
         finished_at=utc(row.finished_at),

@@ -24,6 +24,7 @@ from . import migrate
 from .backends import Backend
 from .backends.base import Head, HeadWrite
 from .config import RunIds, read_config
+from .crypto import MESSAGE, KeyRing, open_text
 from .errors import SerializationError, StaleStateError, ThreadOwnershipError
 from .serde import encode
 from .statements import Statements
@@ -56,6 +57,8 @@ class Settings:
     user_id_type: IdType
     state_history_limit: int
     tool_lease: timedelta
+    keys: KeyRing | None = None
+    """The key ring payloads are sealed with (None: stored in clear)."""
 
 
 class Store:
@@ -73,6 +76,8 @@ class Store:
         self.store_id: str | None = None
         """The store's id, known at first use (see :meth:`ensure_ready`)."""
         self._migrated: str | None = None  # the id the migrations wrote, once they ran
+        self.keys = settings.keys
+        """The key ring payloads are sealed with, or None."""
 
     # -- the schema ----------------------------------------------------------------
 
@@ -229,6 +234,23 @@ class Store:
         return select(self.tables.threads.c.thread_id).where(self.owned(ids)).scalar_subquery()
 
     # -- payloads ------------------------------------------------------------------
+
+    def seal(self, text: str, thread_id: Any, column: str) -> str:
+        """A payload as it is stored: sealed for ``thread_id`` and ``column`` when a key
+        ring is configured, else as it is."""
+        keys = self.keys
+        return text if keys is None else keys.seal(text, thread_id, column)
+
+    def open(self, text: str, thread_id: Any, column: str) -> str:
+        """A stored payload's text (see :func:`tenxstore.crypto.open_text`)."""
+        return open_text(self.keys, text, thread_id, column)
+
+    def seal_messages(self, rows: list[dict[str, Any]], thread_id: Any) -> list[dict[str, Any]]:
+        """Rows of :meth:`encode_messages` with their payloads sealed for ``thread_id``."""
+        keys = self.keys
+        if keys is None:
+            return rows
+        return [{**row, "payload": keys.seal(row["payload"], thread_id, MESSAGE)} for row in rows]
 
     @staticmethod
     def encode_object(value: object, what: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -25,6 +26,21 @@ SQL_BACKENDS = ["sqlite", "postgresql", "pgbouncer"]
 CACHED_BACKENDS = ["sqlite+redis", "postgresql+redis"]
 BACKENDS = ["memory", *SQL_BACKENDS, *CACHED_BACKENDS]
 
+# TENXSTORE_TEST_ENCRYPTION: plain | encrypted | both (the default): whether the
+# fixtures below run each backend with payloads in clear, sealed with a key ring, or
+# both (CI can split the two runs).
+TEST_KEYS = tenxstore.KeyRing([("test-k1", bytes(range(32)))])
+_MODES = {"plain": ("",), "encrypted": ("+encrypted",), "both": ("", "+encrypted")}
+_ENCRYPTION = os.environ.get("TENXSTORE_TEST_ENCRYPTION", "both").strip() or "both"
+if _ENCRYPTION not in _MODES:
+    raise RuntimeError(
+        f"TENXSTORE_TEST_ENCRYPTION must be plain, encrypted or both, not {_ENCRYPTION!r}"
+    )
+
+
+def _with_encryption(names: list[str]) -> list[str]:
+    return [name + mode for name in names for mode in _MODES[_ENCRYPTION]]
+
 
 @dataclass
 class Backend:
@@ -36,12 +52,15 @@ class Backend:
     redis_url: str | None = None
     options: dict[str, Any] = field(default_factory=dict)  # for every repository made
     admin_url: str | None = None  # PostgreSQL itself, when url goes through a pooler
+    keys: tenxstore.KeyRing | None = None  # payloads sealed (the "+encrypted" params)
     key_prefix: str = field(default_factory=lambda: f"test-{uuid.uuid4().hex[:12]}")
     made: list[Any] = field(default_factory=list)
 
     async def make(self, **options: Any) -> Any:
         """A set-up checkpointer on this test's database (memory: a new database)."""
         cache = {k: options.pop(k) for k in ("cache_ttl", "redis_backoff") if k in options}
+        if self.keys is not None:
+            options.setdefault("keys", self.keys)
         if self.name == "memory":
             cp: Any = tenxstore.InMemoryCheckpointer(**options)
         else:
@@ -103,7 +122,11 @@ async def pg_schema(pg_url: str) -> AsyncIterator[str]:
 
 @asynccontextmanager
 async def backend_for(name: str, tmp_path: Path) -> AsyncIterator[Backend]:
-    """A backend by name (see BACKENDS) for one test, cleaned up afterwards."""
+    """A backend by name (see BACKENDS; ``+encrypted``: with a key ring) for one test,
+    cleaned up afterwards."""
+    keys = None
+    if name.endswith("+encrypted"):
+        name, keys = name.removesuffix("+encrypted"), TEST_KEYS
     redis_url = services.redis_url() if name.endswith("+redis") else None
     if name == "memory":
         backend = Backend(name)
@@ -119,6 +142,7 @@ async def backend_for(name: str, tmp_path: Path) -> AsyncIterator[Backend]:
         )
     else:
         backend = Backend(name, url=services.pg_url(), schema=new_schema(), redis_url=redis_url)
+    backend.keys = keys
     try:
         yield backend
     finally:
@@ -127,14 +151,14 @@ async def backend_for(name: str, tmp_path: Path) -> AsyncIterator[Backend]:
             await drop_schema(backend.admin_url or services.pg_url(), backend.schema)
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=_with_encryption(BACKENDS))
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     """Every backend: in-memory, SQLite file, PostgreSQL."""
     async with backend_for(request.param, tmp_path) as b:
         yield b
 
 
-@pytest.fixture(params=SQL_BACKENDS)
+@pytest.fixture(params=_with_encryption(SQL_BACKENDS))
 async def sql_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     """The backends that other processes and instances can share: SQLite file, PostgreSQL."""
     async with backend_for(request.param, tmp_path) as b:

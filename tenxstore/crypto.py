@@ -1,0 +1,362 @@
+"""Encryption at rest: AES-256-GCM under a key ring (the ``crypto`` extra).
+
+A :class:`KeyRing` holds named 256-bit keys; the first encrypts, every one decrypts.
+Give it in code (``CheckpointRepository(..., keys=KeyRing(...))``) or by environment:
+``TENXSTORE_KEYS="k2:<base64 key>,k1:<base64 key>"`` (read when ``keys`` is not given).
+
+A stored value is *sealed* into an envelope that records its format version, the key
+id and the nonce. The payload columns hold JSON text written by :mod:`tenxstore.serde`,
+so the text envelope is text too::
+
+    !tx1:<key id>:<base64 of nonce (12 bytes) + ciphertext + tag (16 bytes)>
+
+Telling an envelope from a plaintext value is exact, not a guess: every payload text
+tenxstore writes is :func:`tenxstore.serde.encode` output, which is either orjson's
+JSON (it begins with ``{ [ " - 0-9 t f n``: a JSON value, no leading whitespace) or the
+standard library's JSON after one space (serde's mark). ``!`` begins none of these,
+so a value that begins with ``!`` is an envelope and anything else is a plaintext row
+written before encryption was turned on (read as it is).
+
+The associated data of every envelope binds it to its place: the envelope's header,
+the column it belongs to (``states.state_data``, ``messages.payload``, ``cache``...)
+and the thread id. A ciphertext copied into another thread or another column, a
+tampered byte, or a key that is not the one that sealed it fails to open with
+:class:`~tenxstore.errors.DecryptionError` naming the thread, the column and the key
+id — never garbage, never the ciphertext passed off as plaintext.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .errors import ConfigError, DecryptionError, SerializationError
+
+try:  # SIMD base64 (the crypto extra installs it): ~15x the standard library's speed
+    import pybase64
+
+    def _b64encode(data: bytes) -> str:
+        return pybase64.b64encode_as_string(data)
+
+    def _b64decode(text: str) -> bytes:
+        return pybase64.b64decode(text, validate=True)
+
+except ImportError:  # pragma: no cover - the same output, slower
+
+    def _b64encode(data: bytes) -> str:
+        return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+    def _b64decode(text: str) -> bytes:
+        return base64.b64decode(text, validate=True)
+
+
+__all__ = ["ENV", "KeyRing", "check_type", "is_sealed", "open_text", "open_typed", "sealed_key_id"]
+
+ENV = "TENXSTORE_KEYS"
+"""The environment variable read when no key ring is given in code."""
+# The columns an envelope is bound to (its associated data names one of them).
+STATE = "states.state_data"
+META = "states.meta"
+MESSAGE = "messages.payload"
+ARGS = "tool_executions.args"
+RESULT = "tool_executions.result"
+ERROR = "tool_executions.error"
+NAME = "threads.name"
+METADATA = "threads.metadata"
+CACHE = "cache"
+CHECKPOINT = "lg_checkpoints.checkpoint"
+WRITE = "lg_writes.value"
+BLOB = "lg_blobs.blob"
+_MARK = "!"
+_VERSION = "tx1"
+_HEAD = f"{_MARK}{_VERSION}:"
+_BYTES_HEAD = _VERSION.encode()
+_KEY_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_NONCE = 12
+_TAG = 16
+_KEY_BYTES = 32
+
+
+def is_sealed(text: str) -> bool:
+    """Whether a stored text is an envelope (see the module's proof), not plaintext JSON."""
+    return text[:1] == _MARK
+
+
+def sealed_key_id(text: str) -> str | None:
+    """The key id an envelope names; None for plaintext (or an envelope too damaged to
+    name one)."""
+    if not text.startswith(_HEAD):
+        return None
+    end = text.find(":", len(_HEAD))
+    return text[len(_HEAD) : end] if end > 0 else None
+
+
+def _thread_tag(thread_id: Any) -> bytes:
+    return str(thread_id).encode("utf-8", "surrogatepass")
+
+
+def _aad(head: str, column: str, thread_id: Any) -> bytes:
+    # The column names are tenxstore's own (no NUL); the thread id comes last, so the
+    # joined bytes split back unambiguously.
+    return (
+        b"tenxstore\x00"
+        + head.encode()
+        + b"\x00"
+        + column.encode()
+        + b"\x00"
+        + _thread_tag(thread_id)
+    )
+
+
+def _typed_aad(head: bytes, kind: str, column: str, thread_id: Any) -> bytes:
+    """A LangGraph value's associated data: its envelope header, plain type, column and
+    thread id (last, as in :func:`_aad`)."""
+    return (
+        b"tenxstore\x00"
+        + head
+        + b"\x00"
+        + kind.encode("utf-8", "surrogatepass")
+        + b"\x00"
+        + column.encode()
+        + b"\x00"
+        + _thread_tag(thread_id)
+    )
+
+
+def _decode_key(key_id: str, key: str | bytes) -> bytes:
+    if isinstance(key, str):
+        text = key.strip().replace("-", "+").replace("_", "/")
+        try:  # standard or URL-safe, padded or not; any other character is refused
+            key = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            raise ConfigError(f"key {key_id!r} is not base64") from None
+    if not isinstance(key, bytes) or len(key) != _KEY_BYTES:
+        got = len(key) if isinstance(key, bytes) else type(key).__name__
+        raise ConfigError(f"key {key_id!r} must be {_KEY_BYTES} bytes (AES-256), not {got}")
+    return key
+
+
+class KeyRing:
+    """Named AES-256 keys: the first seals, every one opens.
+
+    Args:
+        keys: ``(key_id, key)`` pairs or a mapping, in order, the current key first.
+            A key is 32 bytes, or their base64 text. Key ids are 1 to 64 characters of
+            ``A-Z a-z 0-9 _ . -`` and unique.
+
+    Raises:
+        ConfigError: No key, a bad id, a repeated id, a key that is not 32 bytes, or
+            the ``cryptography`` package is missing (``pip install 'tenxstore[crypto]'``).
+    """
+
+    def __init__(self, keys: Mapping[str, str | bytes] | Iterable[tuple[str, str | bytes]]):
+        try:
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        except ImportError as exc:  # pragma: no cover - the extra is in the test extra
+            raise ConfigError(
+                "encryption needs the cryptography package: pip install 'tenxstore[crypto]'"
+            ) from exc
+        if isinstance(keys, (str, bytes)):
+            raise ConfigError("keys must be (key_id, key) pairs or a mapping; see KeyRing.parse")
+        pairs = list(keys.items() if isinstance(keys, Mapping) else keys)
+        if not pairs:
+            raise ConfigError("a key ring needs at least one key")
+        self._ciphers: dict[str, Any] = {}
+        self._pairs: list[tuple[str, bytes]] = []  # for pickling (another process)
+        for pair in pairs:
+            if not isinstance(pair, tuple) or len(pair) != 2:
+                raise ConfigError(f"a key ring entry must be a (key_id, key) pair, not {pair!r}")
+            key_id, key = pair
+            if not isinstance(key_id, str) or not _KEY_ID.fullmatch(key_id):
+                raise ConfigError(
+                    f"key id {key_id!r} must be 1 to 64 characters of A-Z a-z 0-9 _ . -"
+                )
+            if key_id in self._ciphers:
+                raise ConfigError(f"key id {key_id!r} appears twice in the key ring")
+            raw = _decode_key(key_id, key)
+            self._ciphers[key_id] = AESGCM(raw)
+            self._pairs.append((key_id, raw))
+        self.current: str = pairs[0][0]
+        """The id of the key that seals."""
+        self._head = f"{_HEAD}{self.current}:"
+        self._sealer = self._ciphers[self.current]
+
+    @classmethod
+    def parse(cls, text: str) -> KeyRing:
+        """A key ring from ``"key_id:base64key,key_id:base64key"`` (the current first).
+
+        Raises:
+            ConfigError: Malformed text or keys.
+        """
+        if not isinstance(text, str):
+            raise ConfigError(f"{ENV} must be a str, not {type(text).__name__}")
+        pairs: list[tuple[str, str | bytes]] = []
+        for part in text.split(","):
+            key_id, sep, key = part.strip().partition(":")
+            if not sep:
+                raise ConfigError(f"{ENV}: {key_id[:8]!r}... is not key_id:base64key")
+            pairs.append((key_id, key))
+        return cls(pairs)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> KeyRing | None:
+        """The key ring ``TENXSTORE_KEYS`` gives, or None when it is unset or empty."""
+        text = (os.environ if environ is None else environ).get(ENV, "").strip()
+        return cls.parse(text) if text else None
+
+    @staticmethod
+    def generate_key() -> str:
+        """A new random key as base64 text, for ``TENXSTORE_KEYS``."""
+        return binascii.b2a_base64(os.urandom(_KEY_BYTES), newline=False).decode("ascii")
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        """Every key id, the current first."""
+        return tuple(self._ciphers)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (KeyRing, (self._pairs,))
+
+    def __repr__(self) -> str:  # never the keys
+        return f"KeyRing(key_ids={self.key_ids!r})"
+
+    def seal(self, text: str, thread_id: Any, column: str) -> str:
+        """``text`` encrypted under the current key, bound to ``thread_id`` and ``column``."""
+        nonce = os.urandom(_NONCE)
+        sealed = self._sealer.encrypt(
+            nonce, text.encode("utf-8", "surrogatepass"), _aad(self._head, column, thread_id)
+        )
+        return self._head + _b64encode(nonce + sealed)
+
+    def open(self, text: str, thread_id: Any, column: str) -> str:
+        """The plaintext of a stored text: an envelope opened, plaintext as it is.
+
+        Raises:
+            DecryptionError: The envelope is damaged, names a key not in the ring, or
+                does not authenticate (tampered, another key, another thread or column).
+        """
+        if text[:1] != _MARK:
+            return text
+        key_id = sealed_key_id(text)
+        if key_id is None:
+            raise DecryptionError(thread_id, column, None, "not a tenxstore envelope")
+        cipher = self._ciphers.get(key_id)
+        if cipher is None:
+            raise DecryptionError(thread_id, column, key_id, "that key is not in the key ring")
+        head_end = len(_HEAD) + len(key_id) + 1
+        try:
+            raw = _b64decode(text[head_end:])
+        except (binascii.Error, ValueError):
+            raise DecryptionError(thread_id, column, key_id, "damaged envelope") from None
+        if len(raw) < _NONCE + _TAG:
+            raise DecryptionError(thread_id, column, key_id, "truncated envelope")
+        try:
+            plain: bytes = cipher.decrypt(
+                raw[:_NONCE], raw[_NONCE:], _aad(text[:head_end], column, thread_id)
+            )
+        except Exception:  # cryptography's InvalidTag: tampered, wrong key or wrong place
+            raise DecryptionError(
+                thread_id, column, key_id, "authentication failed (tampered, or moved)"
+            ) from None
+        return plain.decode("utf-8", "surrogatepass")
+
+    def seal_typed(self, kind: str, data: bytes, thread_id: Any, column: str) -> tuple[str, bytes]:
+        """A LangGraph ``(type, bytes)`` sealed: the type marked ``!`` (see
+        :func:`check_type`), the bytes ``tx1``, the key id's length and the key id, the
+        nonce, the ciphertext and tag. The plain type is part of the associated data."""
+        head = _BYTES_HEAD + bytes([len(self.current)]) + self.current.encode()
+        nonce = os.urandom(_NONCE)
+        sealed = self._sealer.encrypt(nonce, data, _typed_aad(head, kind, column, thread_id))
+        return _MARK + kind, head + nonce + sealed
+
+    def open_typed(self, kind: str, data: bytes, thread_id: Any, column: str) -> tuple[str, bytes]:
+        """A stored ``(type, bytes)`` opened (plaintext as it is).
+
+        Raises:
+            DecryptionError: As :meth:`open`.
+        """
+        if kind[:1] != _MARK:
+            return kind, data
+        plain_kind = kind[1:]
+        key_id = _bytes_key_id(data)
+        if key_id is None:
+            raise DecryptionError(thread_id, column, None, "not a tenxstore envelope")
+        cipher = self._ciphers.get(key_id)
+        if cipher is None:
+            raise DecryptionError(thread_id, column, key_id, "that key is not in the key ring")
+        at = len(_BYTES_HEAD) + 1 + len(key_id)
+        if len(data) < at + _NONCE + _TAG:
+            raise DecryptionError(thread_id, column, key_id, "truncated envelope")
+        try:
+            plain: bytes = cipher.decrypt(
+                data[at : at + _NONCE],
+                data[at + _NONCE :],
+                _typed_aad(data[:at], plain_kind, column, thread_id),
+            )
+        except Exception:  # InvalidTag
+            raise DecryptionError(
+                thread_id, column, key_id, "authentication failed (tampered, or moved)"
+            ) from None
+        return plain_kind, plain
+
+    def is_current(self, text: str) -> bool:
+        """Whether a stored text is sealed under the current key (rotation skips it)."""
+        return text.startswith(self._head)
+
+
+def _bytes_key_id(data: bytes) -> str | None:
+    if not data.startswith(_BYTES_HEAD) or len(data) <= len(_BYTES_HEAD):
+        return None
+    size = data[len(_BYTES_HEAD)]
+    raw = data[len(_BYTES_HEAD) + 1 : len(_BYTES_HEAD) + 1 + size]
+    try:
+        key_id = raw.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return key_id if len(raw) == size and _KEY_ID.fullmatch(key_id) else None
+
+
+def check_type(kind: str) -> str:
+    """A serializer's type as it may be stored: never one that begins with ``!``,
+    which marks a sealed LangGraph value (so the mark tells sealed from plain exactly,
+    whatever the bytes: LangGraph's raw ``bytes`` values can begin with anything).
+
+    Raises:
+        SerializationError: The type begins with ``!``.
+    """
+    if kind[:1] == _MARK:
+        raise SerializationError(
+            f"a serializer type may not begin with {_MARK!r} (it marks encrypted values): {kind!r}"
+        )
+    return kind
+
+
+def open_typed(
+    keys: KeyRing | None, kind: str, data: bytes, thread_id: Any, column: str
+) -> tuple[str, bytes]:
+    """A stored LangGraph ``(type, bytes)`` opened with or without a key ring (without
+    one, a sealed value raises :class:`~tenxstore.errors.DecryptionError`)."""
+    if keys is not None:
+        return keys.open_typed(kind, data, thread_id, column)
+    if kind[:1] == _MARK:
+        raise DecryptionError(
+            thread_id, column, _bytes_key_id(data), "encrypted, and no key ring is configured"
+        )
+    return kind, data
+
+
+def open_text(keys: KeyRing | None, text: str, thread_id: Any, column: str) -> str:
+    """The plaintext of a stored text with or without a key ring: without one, an
+    envelope raises :class:`~tenxstore.errors.DecryptionError` instead of being read
+    as JSON."""
+    if keys is not None:
+        return keys.open(text, thread_id, column)
+    if text[:1] == _MARK:
+        raise DecryptionError(
+            thread_id, column, sealed_key_id(text), "encrypted, and no key ring is configured"
+        )
+    return text

@@ -1,0 +1,347 @@
+"""Encryption at rest: what the database and Redis hold, and what a reader refuses."""
+
+from __future__ import annotations
+
+import pickle
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.graph import END, START, MessagesState, StateGraph
+from redis.asyncio import Redis
+from sqlalchemy import text
+
+import tenxstore
+from tenxstore import ConfigError, DecryptionError, KeyRing, SerializationError
+from tenxstore.crypto import is_sealed
+from tenxstore.langgraph import TenxCheckpointSaver
+from tenxstore.serde import encode
+from tests.conftest import TEST_KEYS, Backend, backend_for, cfg
+
+MARKER = "Zebra7Quokka"  # nothing tenxstore writes of its own holds it
+OTHER_KEYS = KeyRing([("test-k2", bytes(range(1, 33)))])
+PAYLOAD_TABLES = ("threads", "states", "messages", "tool_executions", "lg_writes", "lg_blobs")
+
+
+def chat(saver: Any) -> Any:
+    def reply(state: MessagesState) -> dict[str, Any]:
+        return {
+            "messages": [AIMessage(content=f"echo {MARKER}", id=f"ai-{len(state['messages'])}")]
+        }
+
+    graph = StateGraph(MessagesState).add_node("reply", reply)
+    return graph.add_edge(START, "reply").add_edge("reply", END).compile(checkpointer=saver)
+
+
+async def write_everything(cp: Any, thread: str = "t1") -> None:
+    """The marker in every payload tenxstore stores: a state, its meta, a message, a
+    tool call's arguments, result and error, the thread's name and metadata, and a
+    LangGraph checkpoint's values and writes."""
+    config = cfg(thread)
+    await cp.aput_checkpoint(
+        config,
+        {"note": MARKER},
+        [{"id": "m1", "role": "user", "content": MARKER}],
+        meta={"why": MARKER},
+    )
+    await cp.aput_thread(config, name=f"name {MARKER}", metadata={"topic": MARKER})
+    await cp.abegin_tool_execution(config, "c1", "search", {"q": MARKER})
+    await cp.acomplete_tool_execution(config, "c1", {"hits": [MARKER]})
+    await cp.abegin_tool_execution(config, "c2", "search", {"q": "x"})
+    await cp.afail_tool_execution(config, "c2", f"failed on {MARKER}")
+    assert await cp.aget_state_cache(cfg(thread)) == {"note": MARKER}  # cached
+    saver = TenxCheckpointSaver(cp).for_user("alice")
+    graph = chat(saver)
+    run = {"configurable": {"thread_id": thread}}
+    for n in range(3):
+        await graph.ainvoke({"messages": [HumanMessage(f"{MARKER} {n}", id=f"h{n}")]}, run)
+
+
+async def raw_cells(backend: Backend, cp: Any) -> dict[str, list[bytes]]:
+    """Every cell of every table of the store, as bytes, by table."""
+    cells: dict[str, list[bytes]] = {}
+    prefix = "" if backend.schema is None else f'"{backend.schema}".'
+    async with cp.engine.connect() as conn:
+        for table in tenxstore.models.Base.metadata.sorted_tables:
+            rows = await conn.execute(text(f"SELECT * FROM {prefix}{table.name}"))
+            cells[table.name] = [
+                bytes(v) if isinstance(v, (bytes, memoryview)) else str(v).encode()
+                for row in rows
+                for v in row
+            ]
+    return cells
+
+
+async def raw_redis(backend: Backend) -> list[bytes]:
+    assert backend.redis_url is not None
+    client = Redis.from_url(backend.redis_url)
+    try:
+        keys = [k async for k in client.scan_iter(match=f"{backend.key_prefix}:*")]
+        return [v for v in await client.mget(keys) if v is not None] if keys else []
+    finally:
+        await client.aclose()
+
+
+def holds(cells: list[bytes]) -> bool:
+    return any(MARKER.encode() in cell for cell in cells)
+
+
+@pytest.mark.parametrize("name", ["sqlite+redis", "postgresql+redis"])
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "encrypted"])
+async def test_no_table_nor_cache_entry_holds_the_plaintext(
+    name: str, sealed: bool, tmp_path: Path
+) -> None:
+    """Plain, the marker is in every payload table and in Redis (the scan sees them);
+    encrypted, in no cell of any table and no Redis value, and every read gives it back."""
+    async with backend_for(name, tmp_path) as backend:
+        cp = await backend.make(**({"keys": TEST_KEYS} if sealed else {}))
+        await write_everything(cp)
+        cells, cached = await raw_cells(backend, cp), await raw_redis(backend)
+        assert cached
+        if not sealed:
+            assert all(holds(cells[table]) for table in PAYLOAD_TABLES)
+            assert holds(cached)
+            return
+        assert [table for table, found in cells.items() if holds(found)] == []
+        assert not holds(cached)
+        config = cfg("t1")
+        assert await cp.aget_state_cache(config) == {"note": MARKER}  # from Redis
+        assert await cp.aget_state(config) == {"note": MARKER}
+        assert (await cp.aget_messages(config))[0]["content"] == MARKER
+        assert (await cp.alist_states(config))[0].meta == {"why": MARKER}
+        info = await cp.aget_thread(config)
+        assert info.name == f"name {MARKER}" and info.metadata == {"topic": MARKER}
+        calls = await cp.alist_tool_executions(config)
+        assert [c.result for c in calls] == [{"hits": [MARKER]}, None]
+        assert calls[0].args == {"q": MARKER} and MARKER in calls[1].error
+        saver = TenxCheckpointSaver(cp).for_user("alice")
+        values = (await chat(saver).aget_state({"configurable": {"thread_id": "t1"}})).values
+        assert [m.content for m in values["messages"]][-2:] == [f"{MARKER} 2", f"echo {MARKER}"]
+
+
+async def tamper(cp: Any, sql: str) -> None:
+    async with cp.engine.begin() as conn:
+        await conn.execute(text(sql))
+
+
+async def test_a_tampered_value_is_refused(tmp_path: Path) -> None:
+    async with backend_for("sqlite+encrypted", tmp_path) as backend:
+        cp = await backend.make()
+        await cp.aput_checkpoint(cfg(), {"note": MARKER}, [{"id": "m1", "content": MARKER}])
+        # one base64 character of the ciphertext changed (the last: the tag)
+        await tamper(
+            cp,
+            "UPDATE states SET state_data = substr(state_data, 1, length(state_data) - 2) || "
+            "CASE WHEN substr(state_data, -2, 1) = 'A' THEN 'B' ELSE 'A' END || "
+            "substr(state_data, -1)",
+        )
+        with pytest.raises(DecryptionError) as caught:
+            await cp.aget_state(cfg())
+        assert caught.value.thread_id == "t1" and caught.value.key_id == "test-k1"
+        assert "'t1'" in str(caught.value) and "test-k1" in str(caught.value)
+        assert (await cp.aget_messages(cfg()))[0]["content"] == MARKER  # the rest reads
+
+
+async def test_a_wrong_or_missing_key_is_refused(tmp_path: Path) -> None:
+    async with backend_for("sqlite+encrypted", tmp_path) as backend:
+        await (await backend.make()).aput_checkpoint(cfg(), {"note": MARKER})
+        same_id = KeyRing([("test-k1", bytes(32))])  # the id, another key
+        for keys, why in ((same_id, "authentication"), (OTHER_KEYS, "not in the key ring")):
+            with pytest.raises(DecryptionError, match=why) as caught:
+                await (await backend.make(keys=keys)).aget_state(cfg())
+            assert caught.value.key_id == "test-k1" and caught.value.column == "states.state_data"
+        backend.keys = None
+        with pytest.raises(DecryptionError, match="no key ring"):
+            await (await backend.make()).aget_state(cfg())
+        # the old key still in the ring (second): read
+        both = KeyRing([("test-k2", bytes(range(1, 33))), ("test-k1", bytes(range(32)))])
+        assert await (await backend.make(keys=both)).aget_state(cfg()) == {"note": MARKER}
+
+
+async def test_a_value_moved_to_another_thread_or_column_is_refused(tmp_path: Path) -> None:
+    async with backend_for("sqlite+encrypted", tmp_path) as backend:
+        cp = await backend.make()
+        for thread in ("t1", "t2"):
+            await cp.aput_checkpoint(cfg(thread), {"note": thread}, meta={"m": thread})
+        await tamper(
+            cp,
+            "UPDATE states SET state_data = "
+            "(SELECT state_data FROM states WHERE thread_id = 't1') WHERE thread_id = 't2'",
+        )
+        with pytest.raises(DecryptionError, match="t2"):
+            await cp.aget_state(cfg("t2"))
+        await tamper(cp, "UPDATE states SET state_data = meta WHERE thread_id = 't1'")
+        with pytest.raises(DecryptionError, match=r"states\.state_data"):
+            await cp.aget_state(cfg("t1"))
+
+
+async def test_plaintext_rows_stay_readable_once_encryption_is_on(tmp_path: Path) -> None:
+    async with backend_for("sqlite", tmp_path) as backend:
+        await write_everything(await backend.make())
+        cp = await backend.make(keys=TEST_KEYS)
+        config = cfg("t1")
+        assert await cp.aget_state(config) == {"note": MARKER}
+        assert (await cp.aget_thread(config)).metadata == {"topic": MARKER}
+        saver = TenxCheckpointSaver(cp).for_user("alice")
+        graph = chat(saver)
+        run = {"configurable": {"thread_id": "t1"}}
+        await graph.ainvoke({"messages": [HumanMessage("sealed now", id="h9")]}, run)
+        contents = [m.content for m in (await graph.aget_state(run)).values["messages"]]
+        assert contents[:2] == [f"{MARKER} 0", f"echo {MARKER}"] and "sealed now" in contents
+        await cp.aput_checkpoint(config, {"note": "sealed"})
+        async with cp.engine.connect() as conn:
+            newest = (
+                await conn.execute(text("SELECT state_data FROM states ORDER BY version DESC"))
+            ).scalar()
+        assert is_sealed(newest)
+
+
+async def test_a_cache_entry_that_does_not_open_is_a_miss(tmp_path: Path) -> None:
+    """Redis is best effort: an entry tampered with, or sealed under a key since
+    removed, is dropped and the database answers (never its ciphertext, never garbage)."""
+    async with backend_for("sqlite+redis+encrypted", tmp_path) as backend:
+        cp = await backend.make()
+        await cp.aput_checkpoint(cfg(), {"note": MARKER})
+        client = Redis.from_url(backend.redis_url)
+        try:
+            keys = [k async for k in client.scan_iter(match=f"{backend.key_prefix}:*")]
+            [(key, entry)] = [  # the entry (the other key holds a fence)
+                (k, v) for k, v in zip(keys, await client.mget(keys), strict=True) if b"!tx1" in v
+            ]
+            at = entry.index(b"!tx1:test-k1:") + 30  # a base64 character of the ciphertext
+            flipped = b"B" if entry[at : at + 1] == b"A" else b"A"
+            await client.set(key, entry[:at] + flipped + entry[at + 1 :])
+            assert await cp.aget_state_cache(cfg()) == {"note": MARKER}
+            refilled = await client.get(key)
+            assert refilled is not None and refilled != entry and MARKER.encode() not in refilled
+            rotated = await backend.make(keys=OTHER_KEYS)  # the database is read with...
+            assert rotated.keys is OTHER_KEYS
+            with pytest.raises(DecryptionError):  # ...a ring without the state's key
+                await rotated.aget_state_cache(cfg())
+        finally:
+            await client.aclose()
+
+
+def test_key_ring_configuration_errors() -> None:
+    key = KeyRing.generate_key()
+    assert KeyRing.parse(f"a:{key}, b:{KeyRing.generate_key()}").key_ids == ("a", "b")
+    assert KeyRing.from_env({"TENXSTORE_KEYS": f"k:{key}"}).current == "k"  # type: ignore[union-attr]
+    assert KeyRing.from_env({}) is None
+    for bad in ("", "k", f"k:{key},k:{key}", "k:abc", f"bad id:{key}", "k:!!!!"):
+        with pytest.raises(ConfigError):
+            KeyRing.parse(bad)
+    with pytest.raises(ConfigError):
+        KeyRing([])
+    with pytest.raises(ConfigError):
+        tenxstore.CheckpointRepository("sqlite+aiosqlite://", keys="k:abc")  # type: ignore[arg-type]
+    ring = pickle.loads(pickle.dumps(TEST_KEYS))
+    assert ring.open(TEST_KEYS.seal("x", 1, "c"), 1, "c") == "x"
+    assert "key_ids" in repr(TEST_KEYS) and key not in repr(KeyRing.parse(f"k:{key}"))
+
+
+async def test_the_environment_turns_encryption_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TENXSTORE_KEYS", f"envkey:{KeyRing.generate_key()}")
+    cp = tenxstore.CheckpointRepository(f"sqlite+aiosqlite:///{tmp_path / 'e.db'}")
+    try:
+        await cp.asetup()
+        assert cp.keys is not None and cp.keys.current == "envkey"
+        await cp.aput_state(cfg(), {"note": MARKER})
+        async with cp.engine.connect() as conn:
+            stored = (await conn.execute(text("SELECT state_data FROM states"))).scalar()
+        assert stored.startswith("!tx1:envkey:")
+        monkeypatch.setenv("TENXSTORE_KEYS", "broken")
+        with pytest.raises(ConfigError):
+            tenxstore.CheckpointRepository(f"sqlite+aiosqlite:///{tmp_path / 'e.db'}")
+    finally:
+        await cp.aclose()
+
+
+def test_a_serializer_type_may_not_look_sealed() -> None:
+    from tenxstore.crypto import check_type
+
+    assert check_type("msgpack") == "msgpack"
+    with pytest.raises(SerializationError):
+        check_type("!msgpack")
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats()
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(json_values)
+def test_no_plaintext_encoding_looks_like_an_envelope(value: Any) -> None:
+    """Every text tenxstore stores is serde.encode output: orjson's JSON or the
+    stdlib's after a space; never one that begins with the envelope's '!'."""
+    stored = encode(value)
+    assert not is_sealed(stored)
+    assert TEST_KEYS.open(stored, "t", "c") == stored  # plaintext passes as it is
+    sealed = TEST_KEYS.seal(stored, "t", "c")
+    assert is_sealed(sealed) and TEST_KEYS.open(sealed, "t", "c") == stored
+
+
+def test_envelopes_differ_and_carry_no_plaintext() -> None:
+    one, two = (TEST_KEYS.seal(MARKER, uuid.uuid4(), "c") for _ in range(2))
+    assert one != two and MARKER not in one
+
+
+async def test_copy_and_export_import_across_plain_and_encrypted_stores(tmp_path: Path) -> None:
+    """A LangGraph copy seals the values again for the target thread; an export is
+    plaintext, and an import seals under the importing store's key (or none)."""
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+    async with backend_for("sqlite+encrypted", tmp_path / "a") as sealed_store:
+        cp = await sealed_store.make()
+        await write_everything(cp)
+        saver = TenxCheckpointSaver(cp).for_user("alice")
+        await saver.acopy_thread("t1", "t2")
+        values = (await chat(saver).aget_state({"configurable": {"thread_id": "t2"}})).values
+        assert values["messages"][-1].content == f"echo {MARKER}"
+        export = await cp.aexport_thread(cfg("t1"))
+        assert export is not None and export.states[0].state == {"note": MARKER}
+        async with backend_for("sqlite", tmp_path / "b") as plain_store:
+            plain = await plain_store.make()
+            assert await plain.aimport_thread(export) == "created"
+            assert holds((await raw_cells(plain_store, plain))["states"])
+            back = await plain.aexport_thread(cfg("t1"))
+            assert back is not None
+        await cp.aclean_thread(cfg("t1"))
+        assert await cp.aimport_thread(back) == "created"
+        assert await cp.aget_state(cfg("t1")) == {"note": MARKER}
+        cells = await raw_cells(sealed_store, cp)
+        assert [table for table, found in cells.items() if holds(found)] == []
+
+
+def test_a_langgraph_value_opens_only_where_and_as_it_was_sealed() -> None:
+    from tenxstore.crypto import BLOB, WRITE, open_typed
+
+    kind, data = TEST_KEYS.seal_typed("msgpack", MARKER.encode(), "t1", BLOB)
+    assert kind == "!msgpack" and MARKER.encode() not in data
+    assert open_typed(TEST_KEYS, kind, data, "t1", BLOB) == ("msgpack", MARKER.encode())
+    assert open_typed(None, "bytes", b"!raw", "t1", BLOB) == ("bytes", b"!raw")  # plain
+    flipped = data[:-1] + bytes([data[-1] ^ 1])
+    for args in (
+        (kind, data, "t2", BLOB),  # another thread
+        (kind, data, "t1", WRITE),  # another column
+        ("!json", data, "t1", BLOB),  # another type
+        (kind, flipped, "t1", BLOB),  # tampered
+        (kind, b"junk", "t1", BLOB),  # not an envelope
+    ):
+        with pytest.raises(DecryptionError):
+            open_typed(TEST_KEYS, *args)
+    with pytest.raises(DecryptionError, match="no key ring"):
+        open_typed(None, kind, data, "t1", BLOB)
+    with pytest.raises(DecryptionError, match="not in the key ring"):
+        open_typed(OTHER_KEYS, kind, data, "t1", BLOB)
