@@ -119,7 +119,7 @@ async def mysql_admin(url: str, *statements: str) -> None:
     """Run statements on the MariaDB server of ``url`` (outside any database)."""
     import asyncmy  # type: ignore[import-untyped]
 
-    conn = await asyncmy.connect(**mysql_admin_args(url))
+    conn = await asyncmy.connect(**mysql_admin_args(url), autocommit=True)
     try:
         async with conn.cursor() as cursor:
             for statement in statements:

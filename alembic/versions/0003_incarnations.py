@@ -64,10 +64,15 @@ def upgrade() -> None:
         op.execute("UPDATE threads SET incarnation = rowid")
     elif mysql:
         # Existing rows are numbered as the column is added; new ones draw the next.
-        op.execute(
-            "ALTER TABLE threads ADD COLUMN incarnation BIGINT NOT NULL AUTO_INCREMENT, "
-            "ADD INDEX ix_threads_incarnation (incarnation)"
-        )
+        # (A run that failed after this step left the column: the next one keeps it.)
+        columns = {c["name"] for c in sa.inspect(op.get_bind()).get_columns("threads")}
+        if "incarnation" not in columns:
+            op.execute(
+                "ALTER TABLE threads ADD COLUMN incarnation BIGINT NOT NULL AUTO_INCREMENT, "
+                "ADD INDEX ix_threads_incarnation (incarnation)"
+            )
+        if op.get_bind().execute(sa.select(sa.func.count()).select_from(store)).scalar():
+            return  # the identity row of a run that failed after writing it
     else:
         op.execute("CREATE SEQUENCE thread_incarnations")
         op.add_column(

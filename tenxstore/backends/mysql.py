@@ -327,3 +327,48 @@ def table_options(bind: Any) -> dict[str, Any]:
     mariadb = getattr(bind.dialect, "is_mariadb", False)
     collation = "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
     return {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": collation}
+
+
+def resumable(impl: Any) -> None:
+    """Make an Alembic migration context's DDL on MySQL resumable.
+
+    MySQL commits each DDL statement as it runs: a migration that failed halfway (a
+    lost connection, a killed process) leaves its first tables and columns behind,
+    and its revision unstamped. Run again, it would fail on what exists. With this,
+    creating a table, column or index that exists and dropping an index that does
+    not are skipped, so the next run finishes the revision. (Only the DDL steps that
+    tenxstore's migrations take; each revision's data steps are idempotent.)
+    """
+    from sqlalchemy import inspect
+
+    base = type(impl)
+
+    class Resumable(base):  # type: ignore[valid-type,misc]  # a subclass of impl's own
+        def create_table(self, table: Any, **kw: Any) -> None:
+            if inspect(self.connection).has_table(table.name):
+                log.info("table %s exists (an earlier run made it): kept", table.name)
+                return
+            super().create_table(table, **kw)
+
+        def add_column(self, table_name: str, column: Any, **kw: Any) -> None:
+            found = {c["name"] for c in inspect(self.connection).get_columns(table_name)}
+            if column.name in found:
+                log.info("column %s.%s exists: kept", table_name, column.name)
+                return
+            super().add_column(table_name, column, **kw)
+
+        def _index_names(self, table: str) -> set[str]:
+            return {str(i["name"]) for i in inspect(self.connection).get_indexes(table)}
+
+        def create_index(self, index: Any, **kw: Any) -> None:
+            if index.name in self._index_names(index.table.name):
+                return
+            super().create_index(index, **kw)
+
+        def drop_index(self, index: Any, **kw: Any) -> None:
+            if index.name not in self._index_names(index.table.name):
+                return
+            super().drop_index(index, **kw)
+
+    Resumable.__name__ = f"Resumable{base.__name__}"
+    impl.__class__ = Resumable

@@ -148,3 +148,38 @@ async def test_an_unknown_database_is_unavailable() -> None:
             await repo.asetup()
     finally:
         await repo.aclose()
+
+
+async def test_a_migration_that_failed_halfway_is_finished_by_the_next_run(
+    mysql_db: tuple[str, str],
+) -> None:
+    """MySQL's DDL is not transactional: a run of 0005 that died before its last step
+    left its table and columns and no stamp; the next run keeps them and finishes."""
+    from tenxstore import migrate
+
+    url, database = mysql_db
+    repo = CheckpointRepository(url)
+    try:
+        await repo.asetup()
+        await repo.aput_state(cfg("t", "u"), {"n": 1})
+    finally:
+        await repo.aclose()
+    await mysql_admin(
+        services.mysql_url(),
+        f"DROP INDEX ix_lg_checkpoints_run_id ON `{database}`.lg_checkpoints",
+        f"UPDATE `{database}`.alembic_version SET version_num = '0004_hot_updates'",
+    )
+    repo = CheckpointRepository(url)
+    try:
+        await repo.asetup()
+        assert await migrate.current_revision(repo.engine) == migrate.head_revision()
+        assert await repo.aget_state(cfg("t", "u")) == {"n": 1}
+        admin = await admin_connection(database)
+        try:
+            async with admin.cursor() as cursor:
+                await cursor.execute("SHOW INDEX FROM lg_checkpoints")
+                assert "ix_lg_checkpoints_run_id" in {row[2] for row in await cursor.fetchall()}
+        finally:
+            admin.close()
+    finally:
+        await repo.aclose()
