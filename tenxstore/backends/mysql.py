@@ -125,6 +125,11 @@ class MysqlBackend(Backend):
                 cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
             finally:
                 cursor.close()
+            # SQLAlchemy read the server's default (REPEATABLE READ) before this ran, and
+            # puts a connection whose level an execution option changed (a snapshot) back
+            # to it when it returns to the pool: make READ COMMITTED that default, or
+            # writers would take gap locks and deadlock creating the same new thread.
+            sync.dialect.default_isolation_level = "READ COMMITTED"
 
     def insert(self, table: Table) -> Any:
         return mysql_insert(table)
