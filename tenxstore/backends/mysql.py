@@ -49,6 +49,7 @@ __all__ = ["MysqlBackend", "lock_wait_seconds", "mysql_code"]
 
 ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
+_GONE = (2006, 4031)  # CR_SERVER_GONE_ERROR; ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8)
 #: innodb_lock_wait_timeout's largest value (MySQL 8 and MariaDB): "no bound".
 MAX_LOCK_WAIT_S = 1073741824
 #: Seconds a setup() waits for another process's migration (GET_LOCK).
@@ -155,6 +156,13 @@ class MysqlBackend(Backend):
         caller's transaction holds its lock, so it is the row as this update left it)."""
         await conn.execute(stmt)
         return (await conn.execute(select(*table.c).where(*key))).one()
+
+    def died_before_sending(self, exc: DBAPIError) -> bool:
+        """The connection was found gone before the statement ran (error 2006, or MySQL
+        8's 4031 for one it closed as idle): a pooled connection the server dropped
+        (a restart, ``wait_timeout``). The write starts again on a fresh connection;
+        one lost while its statement ran (2013) is ConnectionLost, never replayed."""
+        return bool(exc.connection_invalidated) and mysql_code(exc.orig) in _GONE
 
     def is_lock_timeout(self, exc: DBAPIError) -> bool:
         return mysql_code(exc.orig) in (ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK)

@@ -125,6 +125,34 @@ async def test_a_writer_killed_while_waiting_on_the_lock(mysql_db: tuple[str, st
         await repo.aclose()
 
 
+async def test_killed_idle_connections_cost_nothing(mysql_db: tuple[str, str]) -> None:
+    """Pooled connections the server ended (a restart, wait_timeout): the next read and
+    write each start again on a fresh connection, nothing lost and no error."""
+    url, database = mysql_db
+    repo = CheckpointRepository(url)
+    admin = await admin_connection(database)
+    try:
+        await repo.asetup()
+        config = cfg("t", "u")
+        await repo.aput_state(config, {"n": 1})
+        await asyncio.gather(*(repo.aget_state(config) for _ in range(4)))  # a few pooled
+        async with admin.cursor() as cursor:
+            await cursor.execute(
+                "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s "
+                "AND ID <> CONNECTION_ID()",
+                (database,),
+            )
+            victims = [int(row[0]) for row in await cursor.fetchall()]
+            assert victims
+            for victim in victims:
+                await cursor.execute(f"KILL {victim}")
+        assert await repo.aput_state(config, {"n": 2}) == 2
+        assert await repo.aget_state(config) == {"n": 2}
+    finally:
+        admin.close()
+        await repo.aclose()
+
+
 async def test_concurrent_setups_take_turns(mysql_db: tuple[str, str]) -> None:
     """DDL commits as it goes: without GET_LOCK two set-ups would both create tables."""
     repos = [CheckpointRepository(mysql_db[0]) for _ in range(3)]
