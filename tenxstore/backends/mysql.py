@@ -361,6 +361,9 @@ def resumable(impl: Any) -> None:
             if inspect(self.connection).has_table(table.name):
                 log.info("table %s exists (an earlier run made it): kept", table.name)
                 return
+            # MySQL ignores a primary key's name, and says so in a warning the driver
+            # logs for each table: leave it out.
+            table.primary_key.name = None
             super().create_table(table, **kw)
 
         def add_column(self, table_name: str, column: Any, **kw: Any) -> None:
