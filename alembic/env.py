@@ -60,7 +60,11 @@ def _lock_and_place(connection: Connection) -> None:
 
 
 def _include_name(name: str | None, type_: str, _parents: Any) -> bool:
-    """Leave Alembic's own table out of autogenerate, wherever the search path finds it."""
+    """Leave Alembic's own table out of autogenerate, wherever the search path finds it,
+    and MySQL's index on the AUTO_INCREMENT incarnation (which InnoDB requires; no model
+    index of other databases)."""
+    if type_ == "index" and name == "ix_threads_incarnation":
+        return False
     return not (type_ == "table" and name == "alembic_version")
 
 

@@ -40,7 +40,8 @@ def upgrade() -> None:
 
     op.create_table(
         "threads",
-        sa.Column("thread_id", thread_id, nullable=False),
+        # Never AUTO_INCREMENT (MySQL's default for a lone integer primary key): ids are given.
+        sa.Column("thread_id", thread_id, nullable=False, autoincrement=False),
         sa.Column("user_id", user_id, nullable=True),
         sa.Column("name", long_text(), nullable=True),
         sa.Column("metadata", long_text(), nullable=True),

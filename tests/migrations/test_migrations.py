@@ -42,6 +42,12 @@ async def _tables(url: str, schema: str | None) -> set[str]:
             return set(inspect(engine).get_table_names())
         finally:
             engine.dispose()
+    if url.startswith("mysql"):
+        engine = create_engine(url.replace("+asyncmy", "+pymysql"))
+        try:
+            return set(inspect(engine).get_table_names())
+        finally:
+            engine.dispose()
     conn = await asyncpg.connect(url)
     try:
         rows = await conn.fetch(
@@ -52,10 +58,17 @@ async def _tables(url: str, schema: str | None) -> set[str]:
         await conn.close()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
 async def database(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'm.db'}", None
+        return
+    if request.param == "mariadb":
+        from tests.conftest import mysql_admin, new_mysql_database
+
+        url, name = await new_mysql_database()
+        yield url, None
+        await mysql_admin(services.mysql_url(), f"DROP DATABASE `{name}`")
         return
     from tests.conftest import drop_schema, new_schema
 
@@ -283,8 +296,8 @@ async def test_a_schema_from_a_newer_release_says_so(database: Any) -> None:
     try:
         await repo.asetup()
         table = f'"{schema}".alembic_version' if schema else "alembic_version"
-        if url.startswith("sqlite"):
-            engine = create_engine(url)
+        if url.startswith(("sqlite", "mysql")):
+            engine = create_engine(url.replace("+asyncmy", "+pymysql"))
             with engine.begin() as conn:
                 conn.exec_driver_sql(f"UPDATE {table} SET version_num = '0099_future'")
             engine.dispose()
