@@ -211,3 +211,46 @@ async def test_a_migration_that_failed_halfway_is_finished_by_the_next_run(
             admin.close()
     finally:
         await repo.aclose()
+
+
+async def test_a_deadlock_is_a_lock_timeout_and_the_other_write_commits(
+    mysql_db: tuple[str, str],
+) -> None:
+    """Two writes that lock two threads in opposite orders: InnoDB rolls one back
+    (error 1213), raised as LockTimeout; the other commits."""
+    from sqlalchemy import update
+
+    repo = CheckpointRepository(mysql_db[0])
+    try:
+        await repo.asetup()
+        for thread in "ab":
+            await repo.aput_state(cfg(thread, "u"), {"n": 0})
+        store = repo._store
+        threads = store.tables.threads
+        holding = [asyncio.Event(), asyncio.Event()]
+
+        async def write(me: int, first: str, second: str) -> None:
+            async with store.backend.write(store.sql.lock, {"b_thread": first}) as (conn, _):
+                holding[me].set()
+                await holding[1 - me].wait()  # each holds its first lock: now cross
+                await conn.execute(store.sql.lock, {"b_thread": second})
+                await conn.execute(
+                    update(threads).where(threads.c.thread_id == first).values(name=f'"{me}"')
+                )
+
+        done = await asyncio.wait_for(
+            asyncio.gather(write(0, "a", "b"), write(1, "b", "a"), return_exceptions=True), 20
+        )
+        assert sorted(type(d).__name__ for d in done) == ["LockTimeout", "NoneType"], done
+        loser = next(i for i, d in enumerate(done) if isinstance(d, LockTimeout))
+        names = {info.thread_id: info.name async for info in _threads(repo)}
+        assert names["ab"[loser]] is None and names["ab"[1 - loser]] == str(1 - loser)
+    finally:
+        await repo.aclose()
+
+
+async def _threads(repo: CheckpointRepository) -> AsyncIterator[Any]:
+    for thread in "ab":
+        info = await repo.aget_thread(cfg(thread, "u"))
+        assert info is not None
+        yield info
