@@ -43,11 +43,17 @@ async def _tables(url: str, schema: str | None) -> set[str]:
         finally:
             engine.dispose()
     if url.startswith("mysql"):
-        engine = create_engine(url.replace("+asyncmy", "+pymysql"))
+        import asyncmy  # type: ignore[import-untyped]
+
+        from tests.conftest import mysql_admin_args
+
+        con = await asyncmy.connect(**mysql_admin_args(url), db=sa.make_url(url).database)
         try:
-            return set(inspect(engine).get_table_names())
+            async with con.cursor() as cursor:
+                await cursor.execute("SHOW TABLES")
+                return {row[0] for row in await cursor.fetchall()}
         finally:
-            engine.dispose()
+            con.close()
     conn = await asyncpg.connect(url)
     try:
         rows = await conn.fetch(
@@ -296,8 +302,15 @@ async def test_a_schema_from_a_newer_release_says_so(database: Any) -> None:
     try:
         await repo.asetup()
         table = f'"{schema}".alembic_version' if schema else "alembic_version"
-        if url.startswith(("sqlite", "mysql")):
-            engine = create_engine(url.replace("+asyncmy", "+pymysql"))
+        if url.startswith("mysql"):
+            from tests.conftest import mysql_admin
+
+            name = sa.make_url(url).database
+            await mysql_admin(
+                url, f"UPDATE `{name}`.alembic_version SET version_num = '0099_future'"
+            )
+        elif url.startswith("sqlite"):
+            engine = create_engine(url)
             with engine.begin() as conn:
                 conn.exec_driver_sql(f"UPDATE {table} SET version_num = '0099_future'")
             engine.dispose()
