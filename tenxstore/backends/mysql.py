@@ -201,7 +201,9 @@ class MysqlBackend(Backend):
         return now.replace(tzinfo=timezone.utc)
 
     async def identity(self, conn: AsyncConnection, schema: str | None) -> str:
-        """The server's ``server_uuid`` (MySQL) or ``server_id`` and the database's name."""
+        """The server as it names itself (``@@server_id``, ``@@hostname``, ``@@port``)
+        and the database's name: the same by every route to it (another host name, a
+        proxy), different in a copy on another server or under another name."""
         row = (
             await conn.execute(
                 text("SELECT @@server_id, DATABASE(), @@hostname, @@port"),
