@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection
 
 from alembic import context
 from tenxstore.backends import async_url, open_backend
+from tenxstore.backends.mysql import is_mysql, resumable
 from tenxstore.models import Base
 from tenxstore.validate import check_id_type
 
@@ -44,7 +45,9 @@ config.attributes["user_id_type"] = check_id_type(
 def _lock_and_place(connection: Connection) -> None:
     """Serialize concurrent migrations and point DDL at the schema (PostgreSQL)."""
     if connection.dialect.name != "postgresql":
-        return  # SQLite: the caller's BEGIN IMMEDIATE already serializes writers.
+        # SQLite: the caller's BEGIN IMMEDIATE already serializes writers; MySQL: the
+        # caller holds GET_LOCK (MysqlBackend.migration_connection).
+        return
     # Transaction-scoped: released at commit, safe behind PgBouncer transaction pooling.
     connection.execute(
         text("SELECT pg_advisory_xact_lock(7305, hashtext(:key))"),
@@ -57,7 +60,11 @@ def _lock_and_place(connection: Connection) -> None:
 
 
 def _include_name(name: str | None, type_: str, _parents: Any) -> bool:
-    """Leave Alembic's own table out of autogenerate, wherever the search path finds it."""
+    """Leave Alembic's own table out of autogenerate, wherever the search path finds it,
+    and MySQL's index on the AUTO_INCREMENT incarnation (which InnoDB requires; no model
+    index of other databases)."""
+    if type_ == "index" and name == "ix_threads_incarnation":
+        return False
     return not (type_ == "table" and name == "alembic_version")
 
 
@@ -71,6 +78,8 @@ def do_run_migrations(connection: Connection) -> None:
         compare_type=True,
         include_name=_include_name,
     )
+    if is_mysql(connection):
+        resumable(context.get_context().impl)  # DDL commits as it goes: resume, not fail
     with context.begin_transaction():
         _lock_and_place(connection)
         context.run_migrations()

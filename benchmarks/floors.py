@@ -16,11 +16,16 @@ Floors (asyncpg / redis-py / sqlite3 directly):
   write floor (cached write);
 * ``floor-sqlite``: the same transaction with the ``sqlite3`` module, in one
   ``asyncio.to_thread`` hop (and the read in one hop);
+* ``floor-mysql``: MariaDB/MySQL on a held asyncmy connection: the compare-and-swap
+  ``UPDATE``, the state, the messages (one multi-row ``INSERT``), the prune and
+  ``COMMIT`` — five round trips, as MySQL has no data-modifying CTE — and the read ONE
+  ``SELECT`` plus ``orjson.loads``;
 * ``reference-7``: the old baseline — BEGIN, lock, state, messages, bump, prune, COMMIT
   on asyncpg — as a reference row, not a target.
 
 tenxstore: ``tenx-pg`` (``CheckpointRepository``), ``tenx-pg+redis``
-(``CachedCheckpointer``), ``tenx-sqlite``.
+(``CachedCheckpointer``), ``tenx-sqlite``, ``tenx-mysql`` (MariaDB,
+``TENXSTORE_BENCH_MYSQL_URL``; a database of its own is created beside the URL's).
 
     python benchmarks/floors.py                  # writes docs/benchmarks.md and the plot
     python benchmarks/floors.py --turns 100 --runs 1 --tp-turns 10 --out /tmp/b.md
@@ -52,6 +57,7 @@ import asyncpg
 import orjson
 from redis.asyncio import Redis
 from workload import (
+    MYSQL_URL,
     PG_URL,
     REDIS_URL,
     ROOT,
@@ -303,6 +309,103 @@ class SqliteFloor:
         return await asyncio.to_thread(self._read)
 
 
+def mysql_args(url: str, database: str | None = None) -> dict[str, Any]:
+    parts = urlsplit(url.replace("mysql+asyncmy://", "mysql://"))
+    args: dict[str, Any] = {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or 3306,
+        "user": parts.username or "root",
+        "password": parts.password or "",
+    }
+    if database is not None:
+        args["db"] = database
+    return args
+
+
+async def mysql_database(database: str, *, drop: bool = False) -> None:
+    import asyncmy  # type: ignore[import-untyped]
+
+    con = await asyncmy.connect(**mysql_args(MYSQL_URL), autocommit=True)
+    try:
+        async with con.cursor() as cursor:
+            verb = "DROP DATABASE IF EXISTS" if drop else "CREATE DATABASE"
+            await cursor.execute(f"{verb} `{database}`")
+    finally:
+        con.close()
+
+
+class MysqlFloor:
+    """The MySQL write as five round trips on a held asyncmy connection (implicit
+    transaction: autocommit off), and the read as one ``SELECT``."""
+
+    def __init__(self, database: str, thread: str) -> None:
+        self.database, self.thread = database, thread
+        self.version = 0
+
+    async def prepare(self) -> MysqlFloor:
+        import asyncmy
+
+        self.con = await asyncmy.connect(**mysql_args(MYSQL_URL, self.database))
+        async with self.con.cursor() as c:
+            await c.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            await c.execute(
+                "INSERT INTO threads (thread_id, user_id, version, created_at, updated_at)"
+                " VALUES (%s, %s, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+                (self.thread, USER),
+            )
+        await self.con.commit()
+        return self
+
+    async def write(self, state: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        payload = orjson.dumps(state).decode()
+        ids, roles, payloads = message_rows(messages)
+        version = self.version + 1
+        try:
+            async with self.con.cursor() as c:
+                done = await c.execute(
+                    "UPDATE threads SET version = version + 1, updated_at = %s"
+                    " WHERE thread_id = %s AND user_id = %s AND version = %s",
+                    (now, self.thread, USER, self.version),
+                )
+                assert done == 1, "the floor's compare-and-swap failed"
+                await c.execute(
+                    "INSERT INTO states (thread_id, version, state_data, created_at)"
+                    " VALUES (%s, %s, %s, %s)",
+                    (self.thread, version, payload, now),
+                )
+                if ids:
+                    rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(ids))
+                    values: list[Any] = []
+                    for i, r, p in zip(ids, roles, payloads, strict=True):
+                        values += [self.thread, i, r, p, now]
+                    await c.execute(
+                        "INSERT INTO messages (thread_id, message_id, role, payload, created_at)"
+                        f" VALUES {rows} ON DUPLICATE KEY UPDATE thread_id = thread_id",
+                        values,
+                    )
+                await c.execute(
+                    "DELETE FROM states WHERE thread_id = %s AND version <= %s",
+                    (self.thread, version - HISTORY),
+                )
+            await self.con.commit()
+        except BaseException:
+            await self.con.rollback()
+            raise
+        self.version = version
+
+    async def read(self) -> Any:
+        async with self.con.cursor() as c:
+            await c.execute(
+                "SELECT s.state_data FROM threads t JOIN states s ON s.thread_id = t.thread_id"
+                " AND s.version = t.version WHERE t.thread_id = %s AND t.user_id = %s",
+                (self.thread, USER),
+            )
+            row = await c.fetchone()
+        await self.con.commit()  # ends the read's snapshot, as autocommit would
+        return orjson.loads(row[0])
+
+
 def tenx_system(name: str, cp: Any, thread: str, cached: bool) -> System:
     config = {"thread_id": thread, "user_id": USER}
 
@@ -349,6 +452,12 @@ async def build(run: str, sqlite_dir: Path) -> Setup:
     cached_floor_pg = await PgFloor(floor_con, schema, "floor-cached").prepare()
     redis_floor = RedisFloor(redis, f"floors-{run}:floor")
     sqlite_floor = SqliteFloor(path, "floor").prepare()
+    mysql_db = f"floors_{run}"
+    await mysql_database(mysql_db)
+    base = MYSQL_URL.rsplit("/", 1)[0]
+    tenx_mysql = CheckpointRepository(f"{base}/{mysql_db}", state_history_limit=HISTORY)
+    await tenx_mysql.asetup()
+    mysql_floor = await MysqlFloor(mysql_db, "floor").prepare()
 
     async def cached_floor_write(state: dict[str, Any], messages: list[dict[str, Any]]) -> None:
         await cached_floor_pg.write(state, messages)
@@ -362,7 +471,13 @@ async def build(run: str, sqlite_dir: Path) -> Setup:
         tenx_system("tenx-pg", tenx, "tenx", cached=False),
         tenx_system("tenx-pg+redis", cached, "tenx-cached", cached=True),
         tenx_system("tenx-sqlite", tenx_sqlite, "tenx", cached=False),
+        System("floor-mysql", mysql_floor.read, mysql_floor.write),
+        tenx_system("tenx-mysql", tenx_mysql, "tenx", cached=False),
     ]
+
+    async def close_mysql() -> None:
+        mysql_floor.con.close()
+        await mysql_database(mysql_db, drop=True)
 
     async def close_redis() -> None:
         keys = [k async for k in redis.scan_iter(match=f"floors-{run}*")]
@@ -374,6 +489,8 @@ async def build(run: str, sqlite_dir: Path) -> Setup:
         tenx.aclose,
         cached.aclose,
         tenx_sqlite.aclose,
+        tenx_mysql.aclose,
+        close_mysql,
         floor_con.close,
         ref_con.close,
         close_redis,
@@ -693,6 +810,20 @@ def report(
             "tenx-sqlite/read",
             "floor-sqlite/read",
             "≤ 2",
+        ),
+        ratio_row(
+            "MariaDB write: tenx-mysql / write floor (5 round trips)",
+            runs,
+            "tenx-mysql/write",
+            "floor-mysql/write",
+            "≤ 1.5",
+        ),
+        ratio_row(
+            "MariaDB read: tenx-mysql / read floor",
+            runs,
+            "tenx-mysql/read",
+            "floor-mysql/read",
+            "≤ 1.5",
         ),
         ratio_row(
             "reference: 7 statements in a transaction / write floor",

@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT))  # the tests' server runners (tests/servers.py)
 
 PG_URL = os.environ.get("TENXSTORE_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("TENXSTORE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+MYSQL_URL = os.environ.get("TENXSTORE_BENCH_MYSQL_URL", "mysql+asyncmy://root@127.0.0.1:3306/test")
 ALPHABET = string.ascii_letters + string.digits + " "
 
 

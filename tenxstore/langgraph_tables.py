@@ -309,7 +309,10 @@ def _history_statement(store: Store, scoped: bool, count: int) -> Any:
     def version(versions: Any, i: int) -> Any:
         if pg:
             return cast(versions, JSONB).op("->>", return_type=String())(names[i])
-        return func.json_extract(versions, bindparam(f"p{i}", type_=String()))
+        found = func.json_extract(versions, bindparam(f"p{i}", type_=String()))
+        if store.backend.dialect == "mysql":  # its JSON_EXTRACT gives JSON: "quoted"
+            return func.json_unquote(found, type_=String())
+        return found
 
     def holds(versions: Any) -> Any:
         """Bit i: the row ends the walk of channel i (a stored value, or one kept in
@@ -2012,6 +2015,8 @@ class LangGraphTables:
         for row in rows:
             r = SimpleNamespace(**dict(zip(_HISTORY_COLUMNS, row, strict=True)))
             if r.kind == 0:
+                # MySQL types a UNION of its bit arithmetic as DECIMAL: back to int.
+                r.came, r.rest = int(r.came), int(r.rest)
                 walked.append(r)
             elif r.kind == 1:
                 writes.setdefault(r.checkpoint_id, []).append(r)

@@ -186,14 +186,9 @@ class ToolLedger:
                 telemetry.tool_outcome(log, "in_progress", tool_name)
                 raise ToolExecutionInProgress(ids.thread_id, call_id, utc(row.lease_expires_at))
             again = "taken_over" if row.status == "started" else "reclaimed"
-            row = (
-                await conn.execute(
-                    update(x)
-                    .where(x.c.thread_id == ids.thread_id, x.c.tool_call_id == call_id)
-                    .values(attempts=x.c.attempts + 1, **claim)
-                    .returning(*x.c)
-                )
-            ).one()
+            here = (x.c.thread_id == ids.thread_id, x.c.tool_call_id == call_id)
+            stmt = update(x).where(*here).values(attempts=x.c.attempts + 1, **claim)
+            row = await self._store.backend.update_returning(conn, stmt, x, *here)
         telemetry.tool_outcome(log, again, tool_name)
         return tool_execution(ids.thread_id, row, store.keys), (life, row.attempts)
 
@@ -303,22 +298,19 @@ class ToolLedger:
             if attempt is not None and late and (status != "succeeded" or _live(row, clock)):
                 telemetry.tool_outcome(log, "claim_lost", row.tool_name)
                 raise ToolExecutionClaimLost(ids.thread_id, call_id, attempt, row.attempts)
-            row = (
-                await conn.execute(
-                    update(x)
-                    .where(x.c.thread_id == ids.thread_id, x.c.tool_call_id == call_id)
-                    .values(
-                        status=status,
-                        result=None
-                        if result is None
-                        else store.seal(result, ids.thread_id, RESULT),
-                        error=None if error is None else store.seal(error, ids.thread_id, ERROR),
-                        lease_expires_at=None,
-                        finished_at=clock,
-                    )
-                    .returning(*x.c)
+            here = (x.c.thread_id == ids.thread_id, x.c.tool_call_id == call_id)
+            stmt = (
+                update(x)
+                .where(*here)
+                .values(
+                    status=status,
+                    result=None if result is None else store.seal(result, ids.thread_id, RESULT),
+                    error=None if error is None else store.seal(error, ids.thread_id, ERROR),
+                    lease_expires_at=None,
+                    finished_at=clock,
                 )
-            ).one()
+            )
+            row = await self._store.backend.update_returning(conn, stmt, x, *here)
         _took(self._key(ids, call_id), None)
         telemetry.tool_outcome(log, status, row.tool_name)
         return tool_execution(ids.thread_id, row, store.keys)

@@ -34,6 +34,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.dialects.mysql import DATETIME, LONGBLOB, LONGTEXT
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeEngine
 
@@ -62,6 +63,17 @@ NAMING_CONVENTION = {
 
 # A surrogate key that autoincrements everywhere: SQLite only does so for INTEGER.
 SurrogateKey = BigInteger().with_variant(Integer(), "sqlite")
+# MySQL's TEXT and BLOB hold 64 KB, its DATETIME no fraction of a second; its InnoDB
+# keys at most 3072 bytes (768 utf8mb4 characters): the LangGraph key columns are
+# shorter there (as migrations 0002 and 0005 make them).
+_MYSQL = ("mysql", "mariadb")
+LongText = Text().with_variant(LONGTEXT(), *_MYSQL)
+LongBlob = LargeBinary().with_variant(LONGBLOB(), *_MYSQL)
+Timestamp = DateTime(timezone=True).with_variant(DATETIME(fsp=6), *_MYSQL)
+
+
+def _key(length: int) -> TypeEngine[Any]:
+    return String(255).with_variant(String(length), *_MYSQL)
 
 
 def id_sql_type(id_type: IdType) -> TypeEngine[Any]:
@@ -78,8 +90,8 @@ class Base(DeclarativeBase):
 
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map: ClassVar[dict[Any, Any]] = {
-        datetime: DateTime(timezone=True),
-        str: Text(),
+        datetime: Timestamp,
+        str: LongText,
     }
 
 
@@ -97,7 +109,7 @@ class ThreadRow(Base):
 
     __tablename__ = "threads"
 
-    thread_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    thread_id: Mapped[str] = mapped_column(String(255), primary_key=True, autoincrement=False)
     user_id: Mapped[str | None] = mapped_column(String(255))
     name: Mapped[str | None]
     # JSON text; "metadata" is reserved on declarative classes, hence the attribute name.
@@ -177,11 +189,11 @@ class LangGraphCheckpointRow(Base):
     thread_id: Mapped[str] = mapped_column(
         String(255), ForeignKey("threads.thread_id", ondelete="CASCADE"), primary_key=True
     )
-    checkpoint_ns: Mapped[str] = mapped_column(String(255), primary_key=True)
+    checkpoint_ns: Mapped[str] = mapped_column(_key(191), primary_key=True)
     checkpoint_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     parent_checkpoint_id: Mapped[str | None] = mapped_column(String(64))
     type: Mapped[str] = mapped_column(String(64))
-    checkpoint: Mapped[bytes] = mapped_column(LargeBinary)
+    checkpoint: Mapped[bytes] = mapped_column(LongBlob)
     checkpoint_metadata: Mapped[str] = mapped_column("metadata")
     created_at: Mapped[datetime]
     run_id: Mapped[str | None] = mapped_column(String(255), index=True)
@@ -213,13 +225,13 @@ class LangGraphWriteRow(Base):
     thread_id: Mapped[str] = mapped_column(
         String(255), ForeignKey("threads.thread_id", ondelete="CASCADE"), primary_key=True
     )
-    checkpoint_ns: Mapped[str] = mapped_column(String(255), primary_key=True)
+    checkpoint_ns: Mapped[str] = mapped_column(_key(191), primary_key=True)
     checkpoint_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    task_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    task_id: Mapped[str] = mapped_column(_key(191), primary_key=True)
     idx: Mapped[int] = mapped_column(Integer, primary_key=True)
     channel: Mapped[str]
     type: Mapped[str] = mapped_column(String(64))
-    value: Mapped[bytes] = mapped_column(LargeBinary)
+    value: Mapped[bytes] = mapped_column(LongBlob)
     task_path: Mapped[str]
 
 
@@ -233,13 +245,13 @@ class LangGraphBlobRow(Base):
     thread_id: Mapped[str] = mapped_column(
         String(255), ForeignKey("threads.thread_id", ondelete="CASCADE"), primary_key=True
     )
-    checkpoint_ns: Mapped[str] = mapped_column(String(255), primary_key=True)
-    channel: Mapped[str] = mapped_column(String(255), primary_key=True)
-    version: Mapped[str] = mapped_column(String(255), primary_key=True)
+    checkpoint_ns: Mapped[str] = mapped_column(_key(191), primary_key=True)
+    channel: Mapped[str] = mapped_column(_key(191), primary_key=True)
+    version: Mapped[str] = mapped_column(_key(128), primary_key=True)
     type: Mapped[str] = mapped_column(String(64))
     #: The value, or with ``base`` a delta of that version's value (0006, see
     #: :mod:`tenxstore.deltas`): ``blob[:splice] + value(base)[skip:] + blob[splice:]``.
-    blob: Mapped[bytes] = mapped_column(LargeBinary)
+    blob: Mapped[bytes] = mapped_column(LongBlob)
     base: Mapped[str | None] = mapped_column(String(255))
     splice: Mapped[int | None] = mapped_column(Integer)
     skip: Mapped[int | None] = mapped_column(Integer)

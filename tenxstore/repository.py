@@ -534,14 +534,9 @@ class CheckpointRepository:
         t = store.tables.threads
         async with store.write(ids.thread_id) as (conn, locked):
             await store.claim_thread(conn, ids, locked, now)
-            row = (
-                await conn.execute(
-                    update(t)
-                    .where(t.c.thread_id == ids.thread_id)
-                    .values(updated_at=now, **values)
-                    .returning(*t.c)
-                )
-            ).one()
+            here = t.c.thread_id == ids.thread_id
+            stmt = update(t).where(here).values(updated_at=now, **values)
+            row = await store.backend.update_returning(conn, stmt, t, here)
         return thread_info(row, store.keys)
 
     @traced()

@@ -22,7 +22,7 @@ from tests import services
 settings.register_profile("tenxstore", suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("tenxstore")
 
-SQL_BACKENDS = ["sqlite", "postgresql", "pgbouncer"]
+SQL_BACKENDS = ["sqlite", "postgresql", "pgbouncer", "mariadb"]
 CACHED_BACKENDS = ["sqlite+redis", "postgresql+redis"]
 BACKENDS = ["memory", *SQL_BACKENDS, *CACHED_BACKENDS]
 
@@ -53,6 +53,7 @@ class Backend:
     options: dict[str, Any] = field(default_factory=dict)  # for every repository made
     admin_url: str | None = None  # PostgreSQL itself, when url goes through a pooler
     keys: tenxstore.KeyRing | None = None  # payloads sealed (the "+encrypted" params)
+    database: str | None = None  # MariaDB: this test's own database
     key_prefix: str = field(default_factory=lambda: f"test-{uuid.uuid4().hex[:12]}")
     made: list[Any] = field(default_factory=list)
 
@@ -120,6 +121,42 @@ async def pg_schema(pg_url: str) -> AsyncIterator[str]:
     await drop_schema(pg_url, schema)
 
 
+def mysql_admin_args(url: str) -> dict[str, Any]:
+    """asyncmy connect arguments of a MariaDB URL (without its database)."""
+    from sqlalchemy import make_url
+
+    parsed = make_url(url)
+    return {
+        "host": parsed.host or "127.0.0.1",
+        "port": parsed.port or 3306,
+        "user": parsed.username or "root",
+        "password": parsed.password or "",
+    }
+
+
+async def mysql_admin(url: str, *statements: str) -> None:
+    """Run statements on the MariaDB server of ``url`` (outside any database)."""
+    import asyncmy  # type: ignore[import-untyped]
+
+    conn = await asyncmy.connect(**mysql_admin_args(url), autocommit=True)
+    try:
+        async with conn.cursor() as cursor:
+            for statement in statements:
+                await cursor.execute(statement)
+    finally:
+        conn.close()
+
+
+async def new_mysql_database() -> tuple[str, str]:
+    """A new, empty MariaDB database for one test: (its URL, its name)."""
+    from sqlalchemy import make_url
+
+    base = make_url(services.mysql_url())
+    name = f"{base.database or 'test'}_{uuid.uuid4().hex[:12]}"
+    await mysql_admin(str(base), f"CREATE DATABASE `{name}`")
+    return base.set(database=name).render_as_string(hide_password=False), name
+
+
 @asynccontextmanager
 async def backend_for(name: str, tmp_path: Path) -> AsyncIterator[Backend]:
     """A backend by name (see BACKENDS; ``+encrypted``: with a key ring) for one test,
@@ -132,6 +169,9 @@ async def backend_for(name: str, tmp_path: Path) -> AsyncIterator[Backend]:
         backend = Backend(name)
     elif name.startswith("sqlite"):
         backend = Backend(name, url=f"sqlite:///{tmp_path / 'store.db'}", redis_url=redis_url)
+    elif name == "mariadb":
+        url, database = await new_mysql_database()
+        backend = Backend(name, url=url, database=database)
     elif name == "pgbouncer":
         backend = Backend(
             name,
@@ -149,6 +189,8 @@ async def backend_for(name: str, tmp_path: Path) -> AsyncIterator[Backend]:
         await backend.close()
         if backend.schema is not None:
             await drop_schema(backend.admin_url or services.pg_url(), backend.schema)
+        if backend.database is not None:
+            await mysql_admin(services.mysql_url(), f"DROP DATABASE `{backend.database}`")
 
 
 @pytest.fixture(params=_with_encryption(BACKENDS))

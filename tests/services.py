@@ -28,6 +28,7 @@ from tests.servers import free_port, wait_for_port
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_MYSQL_URL = "mysql+asyncmy://root@127.0.0.1:3306/test"
 
 
 def _reachable(url: str, default_port: int) -> bool:
@@ -83,6 +84,21 @@ def _redis_container() -> str:
 def pg_url() -> str:
     """The PostgreSQL URL for this test run (fails or skips by the rule above)."""
     return _service("TENXSTORE_TEST_PG_URL", DEFAULT_PG_URL, 5432, "PostgreSQL", _pg_container)
+
+
+def _mysql_container() -> str:
+    from testcontainers.mysql import MySqlContainer  # type: ignore[import-not-found]
+
+    started = MySqlContainer("mariadb:10.11", dialect="asyncmy").start()
+    return str(started.get_connection_url())
+
+
+@functools.cache
+def mysql_url() -> str:
+    """The MariaDB (or MySQL) URL for this test run (fails or skips by the rule above)."""
+    return _service(
+        "TENXSTORE_TEST_MYSQL_URL", DEFAULT_MYSQL_URL, 3306, "MariaDB", _mysql_container
+    )
 
 
 @functools.cache

@@ -26,6 +26,7 @@ def run_benchmark(script: str, *args: str) -> None:
         **os.environ,
         "TENXSTORE_BENCH_PG_URL": services.pg_url(),
         "TENXSTORE_BENCH_REDIS_URL": services.redis_url(),
+        "TENXSTORE_BENCH_MYSQL_URL": services.mysql_url(),
     }
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / script), *args],

@@ -18,7 +18,7 @@ import tenxstore
 from tenxstore import archive, migrate, serde
 from tenxstore.cli import app
 from tests import services
-from tests.conftest import drop_schema, new_schema
+from tests.conftest import drop_schema, mysql_admin, new_mysql_database, new_schema
 
 runner = CliRunner()
 
@@ -173,6 +173,30 @@ def test_copy_sqlite_to_postgresql_resumes_and_verifies(tmp_path: Path) -> None:
         asyncio.run(drop_schema(services.pg_url(), schema))
 
 
+def test_copy_between_sqlite_mariadb_and_postgresql(tmp_path: Path) -> None:
+    """The three databases, each way round: SQLite -> MariaDB -> PostgreSQL -> SQLite."""
+    source = ["--url", f"sqlite:///{tmp_path / 'source.db'}"]
+    fill(source, threads=5, turns=3)
+    mysql, database = asyncio.run(new_mysql_database())
+    schema = new_schema()
+    try:
+        for src, dst, extra in (
+            (source[1], mysql, []),
+            (mysql, services.pg_url(), ["--destination-schema", schema]),
+            (services.pg_url(), f"sqlite:///{tmp_path / 'back.db'}", ["--source-schema", schema]),
+        ):
+            done = invoke("copy", src, dst, *extra)
+            assert done.exit_code == 0, done.output
+            assert "5 created" in done.output and "holds 5 thread(s)" in done.output
+        expected = export_all(source)
+        assert export_all(["--url", mysql]) == expected
+        assert export_all(["--url", services.pg_url(), "--schema", schema]) == expected
+        assert export_all(["--url", f"sqlite:///{tmp_path / 'back.db'}"]) == expected
+    finally:
+        asyncio.run(drop_schema(services.pg_url(), schema))
+        asyncio.run(mysql_admin(services.mysql_url(), f"DROP DATABASE `{database}`"))
+
+
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tenxstore.cli", *args],
@@ -187,7 +211,7 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
     "args",
     [
         ["threads", "--url", "postgresql://postgres@127.0.0.1:1/nowhere"],
-        ["threads", "--url", "mysql://localhost/db"],
+        ["threads", "--url", "oracle://localhost/db"],
         ["show", "missing", "--url", "sqlite:///{tmp}/empty.db"],
         ["history", "missing", "--url", "sqlite:///{tmp}/empty.db"],
         ["import", "{tmp}/absent.jsonl", "--url", "sqlite:///{tmp}/empty.db"],

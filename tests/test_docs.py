@@ -36,6 +36,7 @@ def test_sample_runs(where: str, language: str, code: str, tmp_path: Path) -> No
         **os.environ,
         "TENXSTORE_DATABASE_URL": services.pg_url(),
         "TENXSTORE_REDIS_URL": services.redis_url(),
+        "TENXSTORE_MYSQL_URL": services.mysql_url(),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     if "TENXSTORE_PGBOUNCER_URL" in code:  # only these samples need a PgBouncer

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import context, op
+from tenxstore.backends.mysql import long_text, table_options, timestamp
 
 revision: str = "0001_initial"
 down_revision: str | Sequence[str] | None = None
@@ -35,18 +36,20 @@ def upgrade() -> None:
     attributes = context.config.attributes
     thread_id = _id_type(attributes.get("id_type", "string"))
     user_id = _id_type(attributes.get("user_id_type", "string"))
-    stamp = sa.DateTime(timezone=True)
+    stamp = timestamp()
 
     op.create_table(
         "threads",
-        sa.Column("thread_id", thread_id, nullable=False),
+        # Never AUTO_INCREMENT (MySQL's default for a lone integer primary key): ids are given.
+        sa.Column("thread_id", thread_id, nullable=False, autoincrement=False),
         sa.Column("user_id", user_id, nullable=True),
-        sa.Column("name", sa.Text(), nullable=True),
-        sa.Column("metadata", sa.Text(), nullable=True),
+        sa.Column("name", long_text(), nullable=True),
+        sa.Column("metadata", long_text(), nullable=True),
         sa.Column("version", sa.BigInteger(), server_default="0", nullable=False),
         sa.Column("created_at", stamp, nullable=False),
         sa.Column("updated_at", stamp, nullable=False),
         sa.PrimaryKeyConstraint("thread_id", name=op.f("pk_threads")),
+        **table_options(op.get_bind()),
     )
     op.create_index(
         "ix_threads_user_id_updated_at", "threads", ["user_id", "updated_at"], unique=False
@@ -56,8 +59,8 @@ def upgrade() -> None:
         sa.Column("state_id", _surrogate(), autoincrement=True, nullable=False),
         sa.Column("thread_id", thread_id, nullable=False),
         sa.Column("version", sa.BigInteger(), nullable=False),
-        sa.Column("state_data", sa.Text(), nullable=False),
-        sa.Column("meta", sa.Text(), nullable=True),
+        sa.Column("state_data", long_text(), nullable=False),
+        sa.Column("meta", long_text(), nullable=True),
         sa.Column("created_at", stamp, nullable=False),
         sa.ForeignKeyConstraint(
             ["thread_id"],
@@ -67,14 +70,15 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("state_id", name=op.f("pk_states")),
         sa.UniqueConstraint("thread_id", "version", name=op.f("uq_states_thread_id_version")),
+        **table_options(op.get_bind()),
     )
     op.create_table(
         "messages",
         sa.Column("seq", _surrogate(), autoincrement=True, nullable=False),
         sa.Column("thread_id", thread_id, nullable=False),
         sa.Column("message_id", sa.String(length=255), nullable=False),
-        sa.Column("role", sa.Text(), nullable=True),
-        sa.Column("payload", sa.Text(), nullable=False),
+        sa.Column("role", long_text(), nullable=True),
+        sa.Column("payload", long_text(), nullable=False),
         sa.Column("created_at", stamp, nullable=False),
         sa.ForeignKeyConstraint(
             ["thread_id"],
@@ -86,16 +90,17 @@ def upgrade() -> None:
         sa.UniqueConstraint(
             "thread_id", "message_id", name=op.f("uq_messages_thread_id_message_id")
         ),
+        **table_options(op.get_bind()),
     )
     op.create_table(
         "tool_executions",
         sa.Column("thread_id", thread_id, nullable=False),
         sa.Column("tool_call_id", sa.String(length=255), nullable=False),
-        sa.Column("tool_name", sa.Text(), nullable=False),
-        sa.Column("args", sa.Text(), nullable=False),
+        sa.Column("tool_name", long_text(), nullable=False),
+        sa.Column("args", long_text(), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
-        sa.Column("result", sa.Text(), nullable=True),
-        sa.Column("error", sa.Text(), nullable=True),
+        sa.Column("result", long_text(), nullable=True),
+        sa.Column("error", long_text(), nullable=True),
         sa.Column("attempts", sa.Integer(), server_default="1", nullable=False),
         sa.Column("lease_expires_at", stamp, nullable=True),
         sa.Column("started_at", stamp, nullable=False),
@@ -107,6 +112,7 @@ def upgrade() -> None:
             ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("thread_id", "tool_call_id", name=op.f("pk_tool_executions")),
+        **table_options(op.get_bind()),
     )
 
 

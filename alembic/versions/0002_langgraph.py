@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import context, op
+from tenxstore.backends.mysql import key_string, long_blob, long_text, table_options, timestamp
 
 revision: str = "0002_langgraph"
 down_revision: str | Sequence[str] | None = "0001_initial"
@@ -28,13 +29,13 @@ def upgrade() -> None:
     op.create_table(
         "lg_checkpoints",
         sa.Column("thread_id", thread_id, nullable=False),
-        sa.Column("checkpoint_ns", sa.String(length=255), nullable=False),
+        sa.Column("checkpoint_ns", key_string(255, 191), nullable=False),
         sa.Column("checkpoint_id", sa.String(length=64), nullable=False),
         sa.Column("parent_checkpoint_id", sa.String(length=64), nullable=True),
         sa.Column("type", sa.String(length=64), nullable=False),
-        sa.Column("checkpoint", sa.LargeBinary(), nullable=False),
-        sa.Column("metadata", sa.Text(), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("checkpoint", long_blob(), nullable=False),
+        sa.Column("metadata", long_text(), nullable=False),
+        sa.Column("created_at", timestamp(), nullable=False),
         sa.ForeignKeyConstraint(
             ["thread_id"],
             ["threads.thread_id"],
@@ -44,18 +45,19 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint(
             "thread_id", "checkpoint_ns", "checkpoint_id", name=op.f("pk_lg_checkpoints")
         ),
+        **table_options(op.get_bind()),
     )
     op.create_table(
         "lg_writes",
         sa.Column("thread_id", thread_id, nullable=False),
-        sa.Column("checkpoint_ns", sa.String(length=255), nullable=False),
+        sa.Column("checkpoint_ns", key_string(255, 191), nullable=False),
         sa.Column("checkpoint_id", sa.String(length=64), nullable=False),
-        sa.Column("task_id", sa.String(length=255), nullable=False),
+        sa.Column("task_id", key_string(255, 191), nullable=False),
         sa.Column("idx", sa.Integer(), nullable=False),
-        sa.Column("channel", sa.Text(), nullable=False),
+        sa.Column("channel", long_text(), nullable=False),
         sa.Column("type", sa.String(length=64), nullable=False),
-        sa.Column("value", sa.LargeBinary(), nullable=False),
-        sa.Column("task_path", sa.Text(), nullable=False),
+        sa.Column("value", long_blob(), nullable=False),
+        sa.Column("task_path", long_text(), nullable=False),
         sa.ForeignKeyConstraint(
             ["thread_id"],
             ["threads.thread_id"],
@@ -70,6 +72,7 @@ def upgrade() -> None:
             "idx",
             name=op.f("pk_lg_writes"),
         ),
+        **table_options(op.get_bind()),
     )
 
 

@@ -5,7 +5,9 @@
   import). A run records it beside ``_checkpoint_version``; a write from a run that
   read an earlier life is refused even when the new life has reached the same version.
   PostgreSQL draws it from the sequence ``thread_incarnations``; SQLite, whose writers
-  are serialized anyway, from ``tenxstore_store.last_incarnation`` in a trigger.
+  are serialized anyway, from ``tenxstore_store.last_incarnation`` in a trigger;
+  MySQL/MariaDB from an AUTO_INCREMENT column (InnoDB allows one beside another
+  primary key when an index leads with it; MySQL 8 has no sequences).
 * ``tenxstore_store``: one row holding a random ``store_id`` that names this database
   and schema (the cache's default key namespace: two stores sharing a Redis never
   share an entry, and one store reached two ways — directly or through PgBouncer,
@@ -26,6 +28,7 @@ from datetime import datetime, timezone
 import sqlalchemy as sa
 
 from alembic import op
+from tenxstore.backends.mysql import is_mysql, table_options, timestamp
 
 revision: str = "0003_incarnations"
 down_revision: str | Sequence[str] | None = "0002_langgraph"
@@ -44,12 +47,14 @@ END
 
 def upgrade() -> None:
     sqlite = op.get_bind().dialect.name == "sqlite"
+    mysql = is_mysql(op.get_bind())
     store = op.create_table(
         "tenxstore_store",
         sa.Column("store_id", sa.String(length=32), nullable=False),
         sa.Column("last_incarnation", sa.BigInteger(), server_default="0", nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("created_at", timestamp(), nullable=False),
         sa.PrimaryKeyConstraint("store_id", name=op.f("pk_tenxstore_store")),
+        **table_options(op.get_bind()),
     )
     if sqlite:
         op.add_column(
@@ -57,6 +62,17 @@ def upgrade() -> None:
             sa.Column("incarnation", sa.BigInteger(), server_default="0", nullable=False),
         )
         op.execute("UPDATE threads SET incarnation = rowid")
+    elif mysql:
+        # Existing rows are numbered as the column is added; new ones draw the next.
+        # (A run that failed after this step left the column: the next one keeps it.)
+        columns = {c["name"] for c in sa.inspect(op.get_bind()).get_columns("threads")}
+        if "incarnation" not in columns:
+            op.execute(
+                "ALTER TABLE threads ADD COLUMN incarnation BIGINT NOT NULL AUTO_INCREMENT, "
+                "ADD INDEX ix_threads_incarnation (incarnation)"
+            )
+        if op.get_bind().execute(sa.select(sa.func.count()).select_from(store)).scalar():
+            return  # the identity row of a run that failed after writing it
     else:
         op.execute("CREATE SEQUENCE thread_incarnations")
         op.add_column(
@@ -90,5 +106,9 @@ def upgrade() -> None:
 def downgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
         op.execute("DROP TRIGGER threads_incarnation")
+    if is_mysql(op.get_bind()):
+        op.execute("ALTER TABLE threads DROP COLUMN incarnation")  # drops its index too
+        op.drop_table("tenxstore_store")
+        return
     op.drop_column("threads", "incarnation")  # PostgreSQL: drops the sequence it owns
     op.drop_table("tenxstore_store")

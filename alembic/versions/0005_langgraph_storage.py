@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import context, op
+from tenxstore.backends.mysql import key_string, long_blob, long_text, table_options
 
 revision: str = "0005_langgraph_storage"
 down_revision: str | Sequence[str] | None = "0004_hot_updates"
@@ -58,11 +59,11 @@ def upgrade() -> None:
             _id_type(context.config.attributes.get("id_type", "string")),
             nullable=False,
         ),
-        sa.Column("checkpoint_ns", sa.String(length=255), nullable=False),
-        sa.Column("channel", sa.String(length=255), nullable=False),
-        sa.Column("version", sa.String(length=255), nullable=False),
+        sa.Column("checkpoint_ns", key_string(255, 191), nullable=False),
+        sa.Column("channel", key_string(255, 191), nullable=False),
+        sa.Column("version", key_string(255, 128), nullable=False),
         sa.Column("type", sa.String(length=64), nullable=False),
-        sa.Column("blob", sa.LargeBinary(), nullable=False),
+        sa.Column("blob", long_blob(), nullable=False),
         sa.ForeignKeyConstraint(
             ["thread_id"],
             ["threads.thread_id"],
@@ -72,10 +73,11 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint(
             "thread_id", "checkpoint_ns", "channel", "version", name=op.f("pk_lg_blobs")
         ),
+        **table_options(op.get_bind()),
     )
     with op.batch_alter_table("lg_checkpoints") as batch:
         batch.add_column(sa.Column("run_id", sa.String(length=255), nullable=True))
-        batch.add_column(sa.Column("versions", sa.Text(), nullable=True))
+        batch.add_column(sa.Column("versions", long_text(), nullable=True))
     bind = op.get_bind()
     table = sa.table(
         "lg_checkpoints",

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import op
+from tenxstore.backends.mysql import long_blob
 
 revision: str = "0006_langgraph_deltas"
 down_revision: str | Sequence[str] | None = "0005_langgraph_storage"
@@ -66,7 +67,7 @@ def downgrade() -> None:
         sa.column("checkpoint_ns"),
         sa.column("channel"),
         sa.column("version"),
-        sa.column("blob", sa.LargeBinary()),
+        sa.column("blob", long_blob()),
         sa.column("base"),
         sa.column("splice"),
         sa.column("skip"),

@@ -22,6 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from alembic import op
+from tenxstore.backends.mysql import long_blob
 
 revision: str = "0007_checkpoint_versions_once"
 down_revision: str | Sequence[str] | None = "0006_langgraph_deltas"
@@ -43,7 +44,7 @@ def downgrade() -> None:
         sa.column("checkpoint_ns"),
         sa.column("checkpoint_id"),
         sa.column("type"),
-        sa.column("checkpoint", sa.LargeBinary()),
+        sa.column("checkpoint", long_blob()),
         sa.column("versions"),
     )
     key = (c.c.thread_id, c.c.checkpoint_ns, c.c.checkpoint_id)

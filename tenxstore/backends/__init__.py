@@ -6,6 +6,7 @@
                        pooler (``pool_mode="transaction"``)
 ``sqlite``             :class:`~.sqlite.SqliteBackend` — a database file
 ``memory``             :class:`~.sqlite.MemoryBackend` — an in-memory database
+``mysql``              :class:`~.mysql.MysqlBackend` — MySQL 8 or MariaDB (asyncmy)
 =====================  ===========================================================
 """
 
@@ -19,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..errors import ConfigError
 from .base import DEFAULT_LOCK_TIMEOUT_S, Backend, DialectName
+from .mysql import MysqlBackend
 from .postgres import PgBouncerBackend, PostgresBackend, transaction_pooling_args
 from .sqlite import MemoryBackend, SqliteBackend, is_memory
 
@@ -41,7 +43,7 @@ def async_url(url: str | URL) -> URL:
     """Return ``url`` with the async driver of its dialect.
 
     Raises:
-        ConfigError: The URL is not PostgreSQL or SQLite.
+        ConfigError: The URL is not PostgreSQL, SQLite, MySQL or MariaDB.
     """
     try:
         parsed = make_url(url)
@@ -52,7 +54,12 @@ def async_url(url: str | URL) -> URL:
         return parsed.set(drivername="postgresql+asyncpg")
     if backend == "sqlite":
         return parsed.set(drivername="sqlite+aiosqlite")
-    raise ConfigError(f"unsupported database {backend!r}: use postgresql:// or sqlite://")
+    if backend in ("mysql", "mariadb"):
+        # One driver for both: the dialect tells MariaDB from MySQL by the server's version.
+        return parsed.set(drivername="mysql+asyncmy")
+    raise ConfigError(
+        f"unsupported database {backend!r}: use postgresql://, sqlite://, mysql:// or mariadb://"
+    )
 
 
 def _backend_class(dialect: str, driver: str, memory: bool, pool_mode: PoolMode) -> type[Backend]:
@@ -60,8 +67,16 @@ def _backend_class(dialect: str, driver: str, memory: bool, pool_mode: PoolMode)
         if driver != "asyncpg":
             raise ConfigError(f"PostgreSQL needs the asyncpg driver, not {driver!r}")
         return PgBouncerBackend if pool_mode == "transaction" else PostgresBackend
+    if dialect in ("mysql", "mariadb"):
+        if driver not in ("asyncmy", "aiomysql"):
+            raise ConfigError(f"MySQL needs the asyncmy or aiomysql driver, not {driver!r}")
+        if pool_mode == "transaction":
+            raise ConfigError("pool_mode='transaction' is for PostgreSQL behind PgBouncer")
+        return MysqlBackend
     if dialect != "sqlite":
-        raise ConfigError(f"unsupported database {dialect!r}: use PostgreSQL or SQLite")
+        raise ConfigError(
+            f"unsupported database {dialect!r}: use PostgreSQL, SQLite, MySQL or MariaDB"
+        )
     if pool_mode == "transaction":
         raise ConfigError("pool_mode='transaction' is for PostgreSQL behind PgBouncer")
     return MemoryBackend if memory else SqliteBackend
@@ -93,7 +108,7 @@ def open_backend(
             f"url_or_engine must be a URL or an AsyncEngine, not {type(url_or_engine).__name__}"
         )
     url = async_url(url_or_engine)
-    cls = _backend_class(url.get_backend_name(), "asyncpg", is_memory(url), pool_mode)
+    cls = _backend_class(url.get_backend_name(), url.get_driver_name(), is_memory(url), pool_mode)
     options = engine_options or {}
 
     def make() -> AsyncEngine:

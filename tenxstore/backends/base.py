@@ -30,7 +30,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool, QueuePool, StaticPool
 from sqlalchemy.sql import Executable
-from sqlalchemy.sql.dml import Insert
+from sqlalchemy.sql.dml import Insert, Update
+from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.util import greenlet_spawn
 
 from .. import telemetry
@@ -56,7 +57,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DialectName = Literal["postgresql", "sqlite"]
+DialectName = Literal["postgresql", "sqlite", "mysql"]
 # SQLite's primary result codes that tenxstore acts on, and the messages SQLite gives
 # them (sqlite3_errmsg: a locked table or schema may name itself after a colon).
 SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CANTOPEN = 5, 6, 14
@@ -517,6 +518,13 @@ class Backend(ABC):
         others = {c.name: stmt.excluded[c.name] for c in table.c if c.name not in conflict}
         done: Insert = stmt.on_conflict_do_update(index_elements=list(conflict), set_=others)
         return done
+
+    async def update_returning(
+        self, conn: AsyncConnection, stmt: Update, table: Table, *key: ColumnElement[bool]
+    ) -> Row[Any]:
+        """Run ``stmt``, an UPDATE of the one row ``key`` picks (locked by the caller's
+        transaction), and return that row as updated (``UPDATE ... RETURNING``)."""
+        return (await conn.execute(stmt.returning(*table.c))).one()
 
     @abstractmethod
     def is_lock_timeout(self, exc: DBAPIError) -> bool:

@@ -215,11 +215,12 @@ def test_constructor_validation(options: dict[str, Any]) -> None:
 
 
 def test_constructor_refuses_unsupported_urls_and_sqlite_schemas() -> None:
-    for url in ("mysql://localhost/db", "not a url", "oracle://x"):
+    for url in ("mssql://localhost/db", "not a url", "oracle://x"):
         with pytest.raises(ValueError):
             CheckpointRepository(url)
-    with pytest.raises(ValueError):
-        CheckpointRepository("sqlite:///x.db", schema="s")
+    for url in ("sqlite:///x.db", "mysql://localhost/db"):  # the file, the database
+        with pytest.raises(ValueError):
+            CheckpointRepository(url, schema="s")
 
 
 NOT_A_POLICY = [

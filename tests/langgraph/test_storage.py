@@ -72,12 +72,18 @@ def blobs_table(backend: Backend) -> str:
     return "lg_blobs" if backend.schema is None else f'"{backend.schema}".lg_blobs'
 
 
+def blob_column(backend: Backend) -> str:
+    """``blob``, quoted where it is a reserved word (MySQL)."""
+    return "`blob`" if backend.name == "mariadb" else "blob"
+
+
 async def blob_rows(cp: Any, backend: Backend) -> list[Any]:
     """The rows of the ``messages`` channel's values."""
     async with cp.engine.connect() as conn:
         found = await conn.execute(
             text(
-                f"SELECT version, base, blob FROM {blobs_table(backend)} "
+                f"SELECT version, base, {blob_column(backend)} "
+                f"FROM {blobs_table(backend)} "
                 "WHERE channel = 'messages' ORDER BY version"
             )
         )
@@ -140,8 +146,8 @@ async def test_a_none_value_is_kept_in_its_checkpoint(sql_backend: Backend) -> N
     async with cp.engine.connect() as conn:
         found = await conn.execute(
             text(
-                f"SELECT thread_id, type, blob FROM {blobs_table(sql_backend)} "
-                "WHERE channel = 'note'"
+                f"SELECT thread_id, type, {blob_column(sql_backend)} "
+                f"FROM {blobs_table(sql_backend)} WHERE channel = 'note'"
             )
         )
         kinds = [  # opened first when the backend seals values

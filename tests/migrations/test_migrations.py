@@ -43,6 +43,18 @@ async def _tables(url: str, schema: str | None) -> set[str]:
             return set(inspect(engine).get_table_names())
         finally:
             engine.dispose()
+    if url.startswith("mysql"):
+        import asyncmy  # type: ignore[import-untyped]
+
+        from tests.conftest import mysql_admin_args
+
+        con = await asyncmy.connect(**mysql_admin_args(url), db=sa.make_url(url).database)
+        try:
+            async with con.cursor() as cursor:
+                await cursor.execute("SHOW TABLES")
+                return {row[0] for row in await cursor.fetchall()}
+        finally:
+            con.close()
     conn = await asyncpg.connect(url)
     try:
         rows = await conn.fetch(
@@ -53,10 +65,17 @@ async def _tables(url: str, schema: str | None) -> set[str]:
         await conn.close()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
 async def database(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'm.db'}", None
+        return
+    if request.param == "mariadb":
+        from tests.conftest import mysql_admin, new_mysql_database
+
+        url, name = await new_mysql_database()
+        yield url, None
+        await mysql_admin(services.mysql_url(), f"DROP DATABASE `{name}`")
         return
     from tests.conftest import drop_schema, new_schema
 
@@ -284,7 +303,14 @@ async def test_a_schema_from_a_newer_release_says_so(database: Any) -> None:
     try:
         await repo.asetup()
         table = f'"{schema}".alembic_version' if schema else "alembic_version"
-        if url.startswith("sqlite"):
+        if url.startswith("mysql"):
+            from tests.conftest import mysql_admin
+
+            name = sa.make_url(url).database
+            await mysql_admin(
+                url, f"UPDATE `{name}`.alembic_version SET version_num = '0099_future'"
+            )
+        elif url.startswith("sqlite"):
             engine = create_engine(url)
             with engine.begin() as conn:
                 conn.exec_driver_sql(f"UPDATE {table} SET version_num = '0099_future'")

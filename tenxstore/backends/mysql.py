@@ -1,0 +1,392 @@
+"""MySQL 8 and MariaDB 10.6+ through asyncmy.
+
+* InnoDB tables in ``utf8mb4`` with a binary, no-pad collation (``utf8mb4_nopad_bin``
+  on MariaDB, ``utf8mb4_0900_bin`` on MySQL 8): ids compare byte for byte, so ``"A"``
+  and ``"a"`` (and ``"a"`` and ``"a "``) are different threads, as on PostgreSQL;
+* every connection runs ``READ COMMITTED`` (a writer's ``SELECT ... FOR UPDATE``
+  reads the newest committed row either way; READ COMMITTED takes no gap locks,
+  so two writers creating different threads never wait for each other), a strict
+  ``sql_mode`` (a value too long for its column is an error, never truncated), UTC
+  as the session time zone, and ``innodb_lock_wait_timeout``;
+* ``innodb_lock_wait_timeout`` is in whole seconds: ``lock_timeout`` is rounded UP to
+  the next second (0.2 s waits 1 s) and an expired wait (error 1205) is
+  :class:`~tenxstore.errors.LockTimeout`;
+* a deadlock (error 1213) rolls the whole transaction back on the server: it is
+  raised as :class:`~tenxstore.errors.LockTimeout` (nothing was written; retrying
+  is safe) and never replayed behind the caller's back;
+* there is no ``UPDATE ... RETURNING`` and no data-modifying CTE: a write runs
+  its statements one by one under the thread's row lock (:meth:`update_returning`
+  reads the row back under that lock);
+* the database in the URL is the schema: ``schema=`` is refused;
+* a lost connection (errors 2006, 2013, ...) is
+  :class:`~tenxstore.errors.ConnectionLost` as on the other databases.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import zlib
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import Table, event, func, select, text
+from sqlalchemy.dialects.mysql import insert as mysql_insert
+from sqlalchemy.engine import Row
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.dml import Insert, Update
+from sqlalchemy.sql.elements import ColumnElement
+
+from ..errors import ConfigError, LockTimeout, TenxStoreError
+from .base import Backend, Footprint, StateWrite, TableSizes
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MysqlBackend", "lock_wait_seconds", "mysql_code"]
+
+ER_LOCK_WAIT_TIMEOUT = 1205
+ER_LOCK_DEADLOCK = 1213
+_GONE = (2006, 4031)  # CR_SERVER_GONE_ERROR; ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8)
+#: innodb_lock_wait_timeout's largest value (MySQL 8 and MariaDB): "no bound".
+MAX_LOCK_WAIT_S = 1073741824
+#: Seconds a setup() waits for another process's migration (GET_LOCK).
+MIGRATION_LOCK_WAIT_S = 600
+_SQL_MODE = (
+    "STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,"
+    "NO_ENGINE_SUBSTITUTION,NO_AUTO_VALUE_ON_ZERO"
+)
+_REFUSALS = {
+    1044: "access denied to the database: grant the user its privileges",
+    1045: "authentication failed: wrong user or password",
+    1049: "no such database: create it, or fix the database name in the URL",
+    1040: "the server has no connection slot left (max_connections)",
+    1203: "the user has no connection slot left (max_user_connections)",
+    2003: "connection refused: is the server running, and on this host and port?",
+    2005: "unknown host: check the host name in the URL",
+}
+
+
+def mysql_code(exc: BaseException | None) -> int | None:
+    """The server's (or client library's) error number behind a driver error."""
+    seen = exc
+    for _ in range(5):
+        if seen is None:
+            return None
+        args = getattr(seen, "args", ())
+        if args and isinstance(args[0], int):
+            return args[0]
+        seen = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
+    return None
+
+
+def lock_wait_seconds(lock_timeout: float | None) -> int:
+    """``innodb_lock_wait_timeout`` for a lock timeout: whole seconds, rounded up."""
+    if lock_timeout is None:
+        return MAX_LOCK_WAIT_S
+    return min(MAX_LOCK_WAIT_S, max(1, math.ceil(lock_timeout)))
+
+
+class MysqlBackend(Backend):
+    """A MySQL 8 or MariaDB 10.6+ database (asyncmy)."""
+
+    name = "mysql"
+    dialect = "mysql"
+
+    @classmethod
+    def connect_args(cls, lock_timeout: float | None) -> dict[str, Any]:
+        return {"charset": "utf8mb4"}
+
+    @classmethod
+    def pool_args(cls) -> dict[str, Any]:
+        # The server closes connections idle for wait_timeout (8 h by default): recycle
+        # well before, and ping a connection that sat idle (pool_pre_ping is cheap here).
+        return {"pool_size": 10, "max_overflow": 10, "pool_recycle": 1800}
+
+    @classmethod
+    def prepare(cls, engine: AsyncEngine, lock_timeout: float | None) -> None:
+        """The session's settings on every connection the engine opens (once per engine):
+        the lock wait, READ COMMITTED, a strict sql_mode and UTC."""
+        sync = engine.sync_engine
+        if getattr(sync, "_tenxstore_prepared", False):
+            return
+        sync._tenxstore_prepared = True  # type: ignore[attr-defined]  # a marker of ours
+        wait = lock_wait_seconds(lock_timeout)
+
+        @event.listens_for(sync, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            try:
+                cursor.execute(
+                    f"SET SESSION innodb_lock_wait_timeout = {wait}, "
+                    f"sql_mode = '{_SQL_MODE}', time_zone = '+00:00'"
+                )
+                cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            finally:
+                cursor.close()
+            # SQLAlchemy read the server's default (REPEATABLE READ) before this ran, and
+            # puts a connection whose level an execution option changed (a snapshot) back
+            # to it when it returns to the pool: make READ COMMITTED that default, or
+            # writers would take gap locks and deadlock creating the same new thread.
+            sync.dialect.default_isolation_level = "READ COMMITTED"
+
+    def insert(self, table: Table) -> Any:
+        return mysql_insert(table)
+
+    def insert_ignore(self, table: Table, *conflict: str) -> Insert:
+        """``INSERT ... ON DUPLICATE KEY UPDATE key = key``: a duplicate writes nothing.
+        (Not ``INSERT IGNORE``, which would also turn every other error into a warning.)"""
+        key = conflict[0]
+        stmt: Insert = mysql_insert(table).on_duplicate_key_update({key: table.c[key]})
+        return stmt
+
+    def upsert(self, table: Table, *conflict: str) -> Insert:
+        """``INSERT ... ON DUPLICATE KEY UPDATE`` of every other column."""
+        stmt = mysql_insert(table)
+        others = {c.name: stmt.inserted[c.name] for c in table.c if c.name not in conflict}
+        done: Insert = stmt.on_duplicate_key_update(others)
+        return done
+
+    async def update_returning(
+        self, conn: AsyncConnection, stmt: Update, table: Table, *key: ColumnElement[bool]
+    ) -> Row[Any]:
+        """No ``UPDATE ... RETURNING`` here: the update, then the row read back (the
+        caller's transaction holds its lock, so it is the row as this update left it)."""
+        await conn.execute(stmt)
+        return (await conn.execute(select(*table.c).where(*key))).one()
+
+    def died_before_sending(self, exc: DBAPIError) -> bool:
+        """The connection was found gone before the statement ran (error 2006, or MySQL
+        8's 4031 for one it closed as idle): a pooled connection the server dropped
+        (a restart, ``wait_timeout``). The write starts again on a fresh connection;
+        one lost while its statement ran (2013) is ConnectionLost, never replayed."""
+        return bool(exc.connection_invalidated) and mysql_code(exc.orig) in _GONE
+
+    def is_lock_timeout(self, exc: DBAPIError) -> bool:
+        return mysql_code(exc.orig) in (ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK)
+
+    def translate(self, exc: DBAPIError, committing: bool) -> Exception:
+        if not exc.connection_invalidated and mysql_code(exc.orig) == ER_LOCK_DEADLOCK:
+            return self.deadlocked()
+        return super().translate(exc, committing)
+
+    def deadlocked(self) -> LockTimeout:
+        """A deadlock: the server rolled the transaction back (nothing was written)."""
+        log.warning("a write on %s was chosen as a deadlock victim", self.describe())
+        return LockTimeout(
+            "the write deadlocked with another one and was rolled back; nothing was "
+            "written: retrying is safe"
+        )
+
+    def opening_failed(self, exc: BaseException) -> TenxStoreError:
+        from ..errors import DatabaseUnavailable
+
+        why = _REFUSALS.get(mysql_code(exc) or 0)
+        if why is None:
+            return super().opening_failed(exc)
+        where = self.describe()
+        log.warning("cannot use the database %s: %s", where, why)
+        return DatabaseUnavailable(f"cannot use the database {where}: {why}")
+
+    async def snapshot_options(self, conn: AsyncConnection) -> None:
+        # A consistent read view for the whole transaction (READ COMMITTED takes one
+        # per statement); SQLAlchemy restores the level when the connection returns.
+        await conn.execution_options(isolation_level="REPEATABLE READ")
+
+    async def clock(self, conn: AsyncConnection) -> datetime:
+        """The server's ``UTC_TIMESTAMP(6)``: every worker's leases on one clock."""
+        now: datetime = (await conn.execute(text("SELECT UTC_TIMESTAMP(6)"))).scalar_one()
+        return now.replace(tzinfo=timezone.utc)
+
+    async def identity(self, conn: AsyncConnection, schema: str | None) -> str:
+        """The server as it names itself (``@@server_id``, ``@@hostname``, ``@@port``)
+        and the database's name: the same by every route to it (another host name, a
+        proxy), different in a copy on another server or under another name."""
+        row = (
+            await conn.execute(
+                text("SELECT @@server_id, DATABASE(), @@hostname, @@port"),
+            )
+        ).one()
+        return f"{row[0]}/{row[2]}:{row[3]}/{row[1]}"
+
+    async def footprint(
+        self, conn: AsyncConnection, schema: str | None, tables: Sequence[Table], exact: bool
+    ) -> Footprint:
+        """Sizes and estimated rows from ``information_schema.TABLES`` (InnoDB's
+        statistics), rows counted with ``exact``; ``DATA_FREE`` as free bytes."""
+        rows = {
+            row[0]: row
+            for row in await conn.execute(
+                text(
+                    "SELECT TABLE_NAME, TABLE_ROWS, DATA_LENGTH, INDEX_LENGTH, DATA_FREE"
+                    " FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()"
+                )
+            )
+        }
+        found = {}
+        for table in tables:
+            row = rows.get(table.name)
+            live = None if row is None else row[1]
+            if exact or live is None:
+                live = (await conn.execute(select(func.count()).select_from(table))).scalar_one()
+            if row is None:
+                found[table.name] = TableSizes(live, None, None, None)
+            else:
+                found[table.name] = TableSizes(live, row[2], row[3], None)
+        total = sum((r[2] or 0) + (r[3] or 0) for r in rows.values())
+        free = sum(r[4] or 0 for r in rows.values())
+        return Footprint(found, total, free)
+
+    async def write_state(
+        self, conn: AsyncConnection, sql: Any, params: StateWrite, prune: bool
+    ) -> None:
+        """Separate statements under the row lock (no data-modifying CTEs here)."""
+        thread, now = params["b_thread"], params["b_now"]
+        await conn.execute(
+            sql.insert_state,
+            {
+                "thread_id": thread,
+                "version": params["b_version"],
+                "state_data": params["b_state"],
+                "meta": params["b_meta"],
+                "created_at": now,
+            },
+        )
+        if params["messages"]:
+            rows = [{**row, "thread_id": thread, "created_at": now} for row in params["messages"]]
+            await conn.execute(sql.insert_messages, rows)
+        await conn.execute(
+            sql.bump, {"b_thread": thread, "b_version": params["b_version"], "b_now": now}
+        )
+        if prune:
+            await conn.execute(sql.prune, {"b_thread": thread, "b_upto": params["b_upto"]})
+
+    @asynccontextmanager
+    async def migration_connection(self) -> AsyncIterator[AsyncConnection]:
+        """A connection holding the named lock ``GET_LOCK('tenxstore.migrate:<db>')``:
+        MySQL's DDL commits as it goes, so a transaction cannot serialize concurrent
+        migrations; the named lock is the server's, held until released (or until
+        the connection ends)."""
+        async with self.connect() as conn:
+            database = (await conn.execute(text("SELECT DATABASE()"))).scalar()
+            if not database:
+                raise ConfigError("a MySQL URL must name its database (mysql://host/db)")
+            # GET_LOCK names are at most 64 characters: a database name may be as long.
+            key = f"tenxstore.migrate:{zlib.crc32(str(database).encode()):08x}:{database}"[:64]
+            got = (
+                await conn.execute(
+                    text("SELECT GET_LOCK(:key, :wait)"),
+                    {"key": key, "wait": MIGRATION_LOCK_WAIT_S},
+                )
+            ).scalar()
+            await conn.commit()
+            if got != 1:
+                raise self.lock_timed_out()
+            try:
+                async with conn.begin():
+                    yield conn
+            finally:
+                await conn.execute(text("SELECT RELEASE_LOCK(:key)"), {"key": key})
+                await conn.commit()
+
+
+# -- DDL of the migrations (frozen: a revision must not change with later code) --------
+
+
+def long_text() -> Any:
+    """TEXT everywhere; LONGTEXT on MySQL (its TEXT holds 64 KB; LONGTEXT 4 GB)."""
+    from sqlalchemy import Text
+    from sqlalchemy.dialects.mysql import LONGTEXT
+
+    return Text().with_variant(LONGTEXT(), "mysql", "mariadb")
+
+
+def long_blob() -> Any:
+    """A binary column; LONGBLOB on MySQL (its BLOB holds 64 KB)."""
+    from sqlalchemy import LargeBinary
+    from sqlalchemy.dialects.mysql import LONGBLOB
+
+    return LargeBinary().with_variant(LONGBLOB(), "mysql", "mariadb")
+
+
+def timestamp() -> Any:
+    """A time with its zone; on MySQL ``DATETIME(6)`` (microseconds, UTC by convention:
+    every session runs in UTC, and the store writes UTC)."""
+    from sqlalchemy import DateTime
+    from sqlalchemy.dialects.mysql import DATETIME
+
+    return DateTime(timezone=True).with_variant(DATETIME(fsp=6), "mysql", "mariadb")
+
+
+def key_string(length: int, mysql_length: int) -> Any:
+    """A VARCHAR in a composite key: shorter on MySQL, whose InnoDB index keys hold at
+    most 3072 bytes (a utf8mb4 character takes 4)."""
+    from sqlalchemy import String
+
+    return String(length).with_variant(String(mysql_length), "mysql", "mariadb")
+
+
+def is_mysql(bind: Any) -> bool:
+    """Whether a connection (or dialect) is MySQL or MariaDB."""
+    dialect = getattr(bind, "dialect", bind)
+    return dialect.name in ("mysql", "mariadb")
+
+
+def table_options(bind: Any) -> dict[str, Any]:
+    """``create_table`` keywords: InnoDB in utf8mb4 with a binary no-pad collation on
+    MySQL/MariaDB (ids compare byte for byte, trailing spaces included); none elsewhere."""
+    if not is_mysql(bind):
+        return {}
+    mariadb = getattr(bind.dialect, "is_mariadb", False)
+    collation = "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
+    return {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": collation}
+
+
+def resumable(impl: Any) -> None:
+    """Make an Alembic migration context's DDL on MySQL resumable.
+
+    MySQL commits each DDL statement as it runs: a migration that failed halfway (a
+    lost connection, a killed process) leaves its first tables and columns behind,
+    and its revision unstamped. Run again, it would fail on what exists. With this,
+    creating a table, column or index that exists and dropping an index that does
+    not are skipped, so the next run finishes the revision. (Only the DDL steps that
+    tenxstore's migrations take; each revision's data steps are idempotent.)
+    """
+    from sqlalchemy import inspect
+
+    base = type(impl)
+
+    class Resumable(base):  # type: ignore[valid-type,misc]  # a subclass of impl's own
+        def create_table(self, table: Any, **kw: Any) -> None:
+            if inspect(self.connection).has_table(table.name):
+                log.info("table %s exists (an earlier run made it): kept", table.name)
+                return
+            # MySQL ignores a primary key's name, and says so in a warning the driver
+            # logs for each table: leave it out.
+            table.primary_key.name = None
+            super().create_table(table, **kw)
+
+        def add_column(self, table_name: str, column: Any, **kw: Any) -> None:
+            found = {c["name"] for c in inspect(self.connection).get_columns(table_name)}
+            if column.name in found:
+                log.info("column %s.%s exists: kept", table_name, column.name)
+                return
+            super().add_column(table_name, column, **kw)
+
+        def _index_names(self, table: str) -> set[str]:
+            return {str(i["name"]) for i in inspect(self.connection).get_indexes(table)}
+
+        def create_index(self, index: Any, **kw: Any) -> None:
+            if index.name in self._index_names(index.table.name):
+                return
+            super().create_index(index, **kw)
+
+        def drop_index(self, index: Any, **kw: Any) -> None:
+            if index.name not in self._index_names(index.table.name):
+                return
+            super().drop_index(index, **kw)
+
+    Resumable.__name__ = f"Resumable{base.__name__}"
+    impl.__class__ = Resumable

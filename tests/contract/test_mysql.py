@@ -1,0 +1,256 @@
+"""What only MySQL/MariaDB needs tested: whole-second lock waits, a writer killed while it
+waits, ids compared byte for byte, concurrent set-up under GET_LOCK, the URLs and options
+it takes or refuses. (The contract suite itself runs on it as the ``mariadb`` backend.)"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from sqlalchemy import make_url
+
+from tenxstore import CheckpointRepository, ConfigError, ConnectionLost, LockTimeout
+from tenxstore.backends import async_url
+from tenxstore.backends.mysql import MysqlBackend, lock_wait_seconds
+from tests import services
+from tests.conftest import cfg, mysql_admin, mysql_admin_args, new_mysql_database
+
+
+@pytest.fixture
+async def mysql_db() -> AsyncIterator[tuple[str, str]]:
+    """A fresh MariaDB database: (URL, name), dropped afterwards."""
+    url, name = await new_mysql_database()
+    yield url, name
+    await mysql_admin(services.mysql_url(), f"DROP DATABASE `{name}`")
+
+
+async def admin_connection(database: str) -> Any:
+    import asyncmy  # type: ignore[import-untyped]
+
+    return await asyncmy.connect(**mysql_admin_args(services.mysql_url()), db=database)
+
+
+async def waiting_on_a_lock(admin: Any, database: str) -> int:
+    """The connection id of the one writer of ``database`` that waits for a row lock."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        async with admin.cursor() as cursor:
+            await cursor.execute(
+                "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s AND "
+                "INFO LIKE %s AND ID <> CONNECTION_ID()",
+                (database, "%FOR UPDATE%"),
+            )
+            rows = await cursor.fetchall()
+        if rows:
+            return int(rows[0][0])
+        await asyncio.sleep(0.01)  # polling for the writer to reach the lock, not a race
+    raise AssertionError("the writer never waited on the lock")
+
+
+def test_urls_select_the_mysql_backend() -> None:
+    for url in ("mysql://u@h/db", "mysql+asyncmy://u@h/db", "mariadb://u@h/db"):
+        assert async_url(url).drivername == "mysql+asyncmy"
+    repo = CheckpointRepository("mariadb://root@127.0.0.1/x")
+    assert isinstance(repo.backend, MysqlBackend) and repo.dialect == "mysql"
+    with pytest.raises(ConfigError, match="schema"):
+        CheckpointRepository("mysql://root@127.0.0.1/x", schema="s")
+    with pytest.raises(ConfigError, match="transaction"):
+        CheckpointRepository("mysql://root@127.0.0.1/x", pool_mode="transaction")
+    assert [lock_wait_seconds(t) for t in (0.2, 1.0, 1.5, None)] == [1, 1, 2, 1073741824]
+
+
+async def test_ids_differ_by_case_and_trailing_space(mysql_db: tuple[str, str]) -> None:
+    repo = CheckpointRepository(mysql_db[0])
+    try:
+        await repo.asetup()
+        for n, thread in enumerate(("a", "A", "a ", "á")):
+            await repo.aput_state(cfg(thread, "u"), {"n": n})
+        for n, thread in enumerate(("a", "A", "a ", "á")):
+            assert await repo.aget_state(cfg(thread, "u")) == {"n": n}
+    finally:
+        await repo.aclose()
+
+
+async def test_lock_waits_are_bounded_in_whole_seconds(mysql_db: tuple[str, str]) -> None:
+    url, database = mysql_db
+    repo = CheckpointRepository(url, lock_timeout=0.2)  # waits 1 s: InnoDB counts seconds
+    admin = await admin_connection(database)
+    try:
+        await repo.asetup()
+        config = cfg("t", "u")
+        await repo.aput_state(config, {"n": 1})
+        async with admin.cursor() as cursor:
+            await cursor.execute("BEGIN")
+            await cursor.execute("SELECT 1 FROM threads WHERE thread_id = 't' FOR UPDATE")
+        started = time.monotonic()
+        with pytest.raises(LockTimeout):
+            await asyncio.wait_for(repo.aput_state(config, {"n": "blocked"}), 10)
+        assert 0.9 < time.monotonic() - started < 5
+        await admin.rollback()
+        assert await repo.aget_state(config) == {"n": 1}
+        assert await repo.aput_state(config, {"n": 2}) == 2
+    finally:
+        admin.close()
+        await repo.aclose()
+
+
+async def test_a_writer_killed_while_waiting_on_the_lock(mysql_db: tuple[str, str]) -> None:
+    url, database = mysql_db
+    repo = CheckpointRepository(url)
+    admin = await admin_connection(database)
+    killer = await admin_connection(database)
+    try:
+        await repo.asetup()
+        config = cfg("t", "u")
+        await repo.aput_state(config, {"n": 1})
+        async with admin.cursor() as cursor:
+            await cursor.execute("BEGIN")
+            await cursor.execute("SELECT 1 FROM threads WHERE thread_id = 't' FOR UPDATE")
+        write = asyncio.ensure_future(repo.aput_state(config, {"n": "killed"}))
+        victim = await waiting_on_a_lock(killer, database)
+        async with killer.cursor() as cursor:
+            await cursor.execute(f"KILL {victim}")
+        with pytest.raises(ConnectionLost) as err:
+            await asyncio.wait_for(write, 10)  # an error, not a hang
+        assert err.value.committed is False  # lost before COMMIT
+        await admin.rollback()
+        assert await repo.aget_state(config) == {"n": 1}
+        assert await repo.aput_state(config, {"n": 2}) == 2  # a fresh connection
+    finally:
+        admin.close()
+        killer.close()
+        await repo.aclose()
+
+
+async def test_killed_idle_connections_cost_nothing(mysql_db: tuple[str, str]) -> None:
+    """Pooled connections the server ended (a restart, wait_timeout): the next read and
+    write each start again on a fresh connection, nothing lost and no error."""
+    url, database = mysql_db
+    repo = CheckpointRepository(url)
+    admin = await admin_connection(database)
+    try:
+        await repo.asetup()
+        config = cfg("t", "u")
+        await repo.aput_state(config, {"n": 1})
+        await asyncio.gather(*(repo.aget_state(config) for _ in range(4)))  # a few pooled
+        async with admin.cursor() as cursor:
+            await cursor.execute(
+                "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s "
+                "AND ID <> CONNECTION_ID()",
+                (database,),
+            )
+            victims = [int(row[0]) for row in await cursor.fetchall()]
+            assert victims
+            for victim in victims:
+                await cursor.execute(f"KILL {victim}")
+        assert await repo.aput_state(config, {"n": 2}) == 2
+        assert await repo.aget_state(config) == {"n": 2}
+    finally:
+        admin.close()
+        await repo.aclose()
+
+
+async def test_concurrent_setups_take_turns(mysql_db: tuple[str, str]) -> None:
+    """DDL commits as it goes: without GET_LOCK two set-ups would both create tables."""
+    repos = [CheckpointRepository(mysql_db[0]) for _ in range(3)]
+    try:
+        await asyncio.gather(*(repo.asetup() for repo in repos))
+        ids = {await repo.astore_id() for repo in repos}
+        assert len(ids) == 1
+        assert await repos[0].aput_state(cfg("t", "u"), {"n": 1}) == 1
+    finally:
+        for repo in repos:
+            await repo.aclose()
+
+
+async def test_an_unknown_database_is_unavailable() -> None:
+    from tenxstore import DatabaseUnavailable
+
+    url = make_url(services.mysql_url()).set(database="tenx_no_such_db")
+    repo = CheckpointRepository(url.render_as_string(hide_password=False))
+    try:
+        with pytest.raises(DatabaseUnavailable, match="no such database"):
+            await repo.asetup()
+    finally:
+        await repo.aclose()
+
+
+async def test_a_migration_that_failed_halfway_is_finished_by_the_next_run(
+    mysql_db: tuple[str, str],
+) -> None:
+    """MySQL's DDL is not transactional: a run of 0005 that died before its last step
+    left its table and columns and no stamp; the next run keeps them and finishes."""
+    from tenxstore import migrate
+
+    url, database = mysql_db
+    repo = CheckpointRepository(url)
+    try:
+        await repo.asetup()
+        await repo.aput_state(cfg("t", "u"), {"n": 1})
+    finally:
+        await repo.aclose()
+    await mysql_admin(
+        services.mysql_url(),
+        f"DROP INDEX ix_lg_checkpoints_run_id ON `{database}`.lg_checkpoints",
+        f"UPDATE `{database}`.alembic_version SET version_num = '0004_hot_updates'",
+    )
+    repo = CheckpointRepository(url)
+    try:
+        await repo.asetup()
+        assert await migrate.current_revision(repo.engine) == migrate.head_revision()
+        assert await repo.aget_state(cfg("t", "u")) == {"n": 1}
+        admin = await admin_connection(database)
+        try:
+            async with admin.cursor() as cursor:
+                await cursor.execute("SHOW INDEX FROM lg_checkpoints")
+                assert "ix_lg_checkpoints_run_id" in {row[2] for row in await cursor.fetchall()}
+        finally:
+            admin.close()
+    finally:
+        await repo.aclose()
+
+
+async def test_a_deadlock_is_a_lock_timeout_and_the_other_write_commits(
+    mysql_db: tuple[str, str],
+) -> None:
+    """Two writes that lock two threads in opposite orders: InnoDB rolls one back
+    (error 1213), raised as LockTimeout; the other commits."""
+    from sqlalchemy import update
+
+    repo = CheckpointRepository(mysql_db[0])
+    try:
+        await repo.asetup()
+        for thread in "ab":
+            await repo.aput_state(cfg(thread, "u"), {"n": 0})
+        store = repo._store
+        threads = store.tables.threads
+        holding = [asyncio.Event(), asyncio.Event()]
+
+        async def write(me: int, first: str, second: str) -> None:
+            async with store.backend.write(store.sql.lock, {"b_thread": first}) as (conn, _):
+                holding[me].set()
+                await holding[1 - me].wait()  # each holds its first lock: now cross
+                await conn.execute(store.sql.lock, {"b_thread": second})
+                await conn.execute(
+                    update(threads).where(threads.c.thread_id == first).values(name=f'"{me}"')
+                )
+
+        done = await asyncio.wait_for(
+            asyncio.gather(write(0, "a", "b"), write(1, "b", "a"), return_exceptions=True), 20
+        )
+        assert sorted(type(d).__name__ for d in done) == ["LockTimeout", "NoneType"], done
+        loser = next(i for i, d in enumerate(done) if isinstance(d, LockTimeout))
+        names = {info.thread_id: info.name async for info in _threads(repo)}
+        assert names["ab"[loser]] is None and names["ab"[1 - loser]] == str(1 - loser)
+    finally:
+        await repo.aclose()
+
+
+async def _threads(repo: CheckpointRepository) -> AsyncIterator[Any]:
+    for thread in "ab":
+        info = await repo.aget_thread(cfg(thread, "u"))
+        assert info is not None
+        yield info
