@@ -54,7 +54,9 @@ class _CodePointOrder(ColumnElement[Any]):
     Python compares them; a database orders text by its collation, which on PostgreSQL
     is the database's locale (``en_US.UTF-8`` puts ``"b"`` before ``"C"``, Python the
     other way round) — and the order writes are applied in decides a channel's value.
-    SQLite's default ``BINARY`` collation already is code-point order.
+    SQLite's default ``BINARY`` collation already is code-point order, and so is the
+    binary no-pad collation of tenxstore's MySQL tables (``utf8mb4_bin`` would not be:
+    it pads, putting ``"a\t"`` before ``"a"``).
     """
 
     inherit_cache = True
@@ -72,12 +74,6 @@ def _code_point_default(element: _CodePointOrder, compiler: SQLCompiler, **kw: A
 @compiles(_CodePointOrder, "postgresql")
 def _code_point_postgresql(element: _CodePointOrder, compiler: SQLCompiler, **kw: Any) -> str:
     return f'{compiler.process(element.column, **kw)} COLLATE "C"'
-
-
-@compiles(_CodePointOrder, "mysql")
-@compiles(_CodePointOrder, "mariadb")
-def _code_point_mysql(element: _CodePointOrder, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"{compiler.process(element.column, **kw)} COLLATE utf8mb4_bin"
 
 
 def _write_order(w: Any) -> tuple[Any, ...]:

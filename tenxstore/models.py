@@ -213,7 +213,7 @@ class LangGraphHeadRow(Base):
     thread_id: Mapped[str] = mapped_column(
         String(255), ForeignKey("threads.thread_id", ondelete="CASCADE"), primary_key=True
     )
-    checkpoint_ns: Mapped[str] = mapped_column(String(255), primary_key=True)
+    checkpoint_ns: Mapped[str] = mapped_column(_key(191), primary_key=True)
     checkpoint_id: Mapped[str] = mapped_column(String(64))
 
 

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import context, op
+from tenxstore.backends.mysql import key_string, table_options
 
 revision: str = "0008_langgraph_heads"
 down_revision: str | Sequence[str] | None = "0007_checkpoint_versions_once"
@@ -41,7 +42,7 @@ def upgrade() -> None:
             _id_type(context.config.attributes.get("id_type", "string")),
             nullable=False,
         ),
-        sa.Column("checkpoint_ns", sa.String(length=255), nullable=False),
+        sa.Column("checkpoint_ns", key_string(255, 191), nullable=False),
         sa.Column("checkpoint_id", sa.String(length=64), nullable=False),
         sa.ForeignKeyConstraint(
             ["thread_id"],
@@ -50,6 +51,7 @@ def upgrade() -> None:
             ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("thread_id", "checkpoint_ns", name=op.f("pk_lg_heads")),
+        **table_options(op.get_bind()),
     )
     with op.batch_alter_table("lg_checkpoints") as batch:
         batch.drop_column("is_head")
