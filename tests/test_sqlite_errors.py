@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -126,3 +128,32 @@ async def test_a_file_sqlite_cannot_open_is_database_unavailable(tmp_path: Path)
             await repo.asetup()
     finally:
         await repo.aclose()
+
+
+async def test_a_file_that_fails_to_open_leaves_no_driver_thread_behind(tmp_path: Path) -> None:
+    """aiosqlite's clean-up of a connection that failed to open stops its thread, which
+    then posts to the caller's event loop: the open waits for that thread, so none is
+    left to post to a loop that has closed (``Event loop is closed`` in the thread,
+    which pytest charged to a later test or to the end of the whole run).
+
+    Whether the thread got to run before the error reached the caller is a race, so
+    the open fails 20 times, with this thread never made to yield its turn; without
+    the wait, most of the 20 found the driver's thread still running."""
+
+    def driver_threads() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if "_connection_worker_thread" in t.name}
+
+    before = driver_threads()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(10)  # the driver's thread runs only when this one waits
+    try:
+        for _ in range(20):
+            repo = CheckpointRepository(f"sqlite:///{tmp_path}")  # a folder, not a file
+            try:
+                with pytest.raises(DatabaseUnavailable, match="SQLite cannot open the file"):
+                    await repo.asetup()
+                assert [t for t in driver_threads() - before if t.is_alive()] == []
+            finally:
+                await repo.aclose()
+    finally:
+        sys.setswitchinterval(interval)

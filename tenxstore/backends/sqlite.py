@@ -27,8 +27,9 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
+import aiosqlite
 from sqlalchemy import Table, bindparam, create_engine, event, func, insert, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection, Engine
@@ -81,19 +82,6 @@ def _set_pragmas_on_connect(engine: Engine, lock_timeout: float | None) -> None:
     wait_ms = timeout_ms(lock_timeout)
     wal = not is_memory(engine.url)
 
-    @event.listens_for(engine, "do_connect")
-    def _folder_missing(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> None:
-        """A file whose folder does not exist cannot be opened: SQLite's own error,
-        before the driver starts (aiosqlite's clean-up of a connection that failed to
-        open posts to the event loop from its thread, after the caller may be gone)."""
-        database = cparams.get("database", cargs[0] if cargs else None)
-        if not isinstance(database, str) or not database or database.startswith("file:"):
-            return
-        if database != ":memory:" and not os.path.isdir(os.path.dirname(os.path.abspath(database))):
-            exc = sqlite3.OperationalError("unable to open database file")
-            exc.sqlite_errorcode = SQLITE_CANTOPEN  # type: ignore[attr-defined]
-            raise exc
-
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
@@ -105,6 +93,36 @@ def _set_pragmas_on_connect(engine: Engine, lock_timeout: float | None) -> None:
                 _into_wal(cursor)
         finally:
             cursor.close()
+
+
+def _open_through_driver(engine: Engine) -> None:
+    """Every aiosqlite connection the engine opens goes through :func:`_open_aiosqlite`."""
+
+    @event.listens_for(engine, "do_connect")
+    def _do_connect(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+        return dialect.dbapi.connect(*cargs, async_creator_fn=_open_aiosqlite, **cparams)
+
+
+async def _open_aiosqlite(*args: Any, **kwargs: Any) -> Any:
+    """An aiosqlite connection, opened; one that fails to open has ended its thread.
+
+    aiosqlite's clean-up of a connection that failed to open (a folder where the file
+    should be, a file we may not read) queues the stop of its thread without waiting:
+    the thread then posts the stop's result to the caller's event loop. Raised at once,
+    the error can end the caller and its loop first (a test's loop closes as the test
+    ends), and the thread's post fails with "Event loop is closed" in that thread (what
+    pytest reported at the end of the whole suite). So the error waits for the thread.
+    """
+    connection = aiosqlite.connect(*args, **kwargs)
+    # The thread: aiosqlite 0.22 keeps it in ``_thread``; before, the connection was one.
+    thread = cast(threading.Thread, getattr(connection, "_thread", connection))
+    thread.daemon = True  # as SQLAlchemy sets it: a connection never closed ends with us
+    try:
+        return await connection
+    except BaseException:
+        if thread.is_alive():
+            await asyncio.shield(asyncio.to_thread(thread.join))
+        raise
 
 
 def _into_wal(cursor: Any) -> None:
@@ -536,6 +554,7 @@ class SqliteBackend(Backend):
         if getattr(sync, "_tenxstore_prepared", False):
             return
         sync._tenxstore_prepared = True  # type: ignore[attr-defined]  # a marker of ours
+        _open_through_driver(sync)
         _set_pragmas_on_connect(sync, lock_timeout)
 
         @event.listens_for(sync, "begin")
