@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal, TextIO
 import msgspec
 import msgspec.structs
 
+from .crypto import EXPORT, KeyRing, sealed_key_id
 from .errors import ConfigError, ImportConflict, SerializationError, TenxStoreError
 from .exports import import_rows
 from .protocol import Checkpointer
@@ -273,21 +274,51 @@ async def _exports(
         yield export
 
 
+def _ring(store: Checkpointer) -> KeyRing | None:
+    keys = getattr(store, "keys", None)
+    return keys if isinstance(keys, KeyRing) else None
+
+
 async def write_exports(
-    store: Checkpointer, out: TextIO, thread_ids: Iterable[Any] | None = None
+    store: Checkpointer,
+    out: TextIO,
+    thread_ids: Iterable[Any] | None = None,
+    *,
+    sealed: bool = False,
 ) -> int:
-    """Write threads (all of them when ``thread_ids`` is None) to ``out``; their count."""
+    """Write threads (all of them when ``thread_ids`` is None) to ``out``; their count.
+
+    With ``sealed`` each line is kept encrypted: ``{"thread_id": ..., "sealed":
+    envelope}``, the thread's export sealed under the store's current key and bound to
+    its thread id (which stays clear, as in the database); :func:`read_exports` opens
+    it with a key ring that holds that key.
+
+    Raises:
+        ConfigError: ``sealed`` on a store without a key ring.
+    """
+    keys = _ring(store)
+    if sealed and keys is None:
+        raise ConfigError("a sealed export needs the store's key ring (keys=, or TENXSTORE_KEYS)")
     count = 0
     async for export in _exports(store, thread_ids):
-        out.write(encode(export_to_json(export), "export") + "\n")
+        line = encode(export_to_json(export), "export")
+        if sealed and keys is not None:
+            thread_id = export.thread.thread_id
+            line = encode({"thread_id": thread_id, "sealed": keys.seal(line, thread_id, EXPORT)})
+        out.write(line + "\n")
         count += 1
     return count
 
 
 async def export_threads(
-    store: Checkpointer, path: Path, thread_ids: Iterable[Any] | None = None
+    store: Checkpointer,
+    path: Path,
+    thread_ids: Iterable[Any] | None = None,
+    *,
+    sealed: bool = False,
 ) -> int:
-    """Write threads (all of them when ``thread_ids`` is None) to ``path``; their count.
+    """Write threads (all of them when ``thread_ids`` is None) to ``path``; their count
+    (``sealed``: as :func:`write_exports`).
 
     The file is written beside ``path`` and renamed into place once complete, so a
     failure (a thread that does not exist) leaves no file behind.
@@ -295,16 +326,22 @@ async def export_threads(
     partial = path.with_name(f".{path.name}.partial")
     try:
         with partial.open("w", encoding="utf-8") as out:
-            count = await write_exports(store, out, thread_ids)
+            count = await write_exports(store, out, thread_ids, sealed=sealed)
         partial.replace(path)
     finally:
         partial.unlink(missing_ok=True)
     return count
 
 
-def read_exports(path: Path) -> Iterator[tuple[int, ThreadExport]]:
+def read_exports(path: Path, keys: KeyRing | None = None) -> Iterator[tuple[int, ThreadExport]]:
     """The threads of a JSON Lines file with their line numbers, each line decoded and
-    typed; an error names the line."""
+    typed (a sealed line opened with ``keys``); an error names the line.
+
+    Raises:
+        ConfigError: A line is malformed, or sealed and no key ring is given.
+        DecryptionError: A sealed line does not open (another key ring, tampered, or
+            moved to another thread id).
+    """
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -313,6 +350,18 @@ def read_exports(path: Path) -> Iterator[tuple[int, ThreadExport]]:
                 data = decode(line)
             except ValueError as exc:
                 raise ConfigError(f"{path}:{number}: not JSON ({exc})") from None
+            if isinstance(data, dict) and set(data) == {"thread_id", "sealed"}:
+                if keys is None:
+                    raise ConfigError(
+                        f"{path}:{number}: the line is sealed: open it with the key ring it "
+                        "was exported under (keys=, or TENXSTORE_KEYS)"
+                    )
+                if not isinstance(data["sealed"], str) or sealed_key_id(data["sealed"]) is None:
+                    raise ConfigError(f"{path}:{number}: 'sealed' is not an envelope")
+                try:
+                    data = decode(keys.open(data["sealed"], data["thread_id"], EXPORT))
+                except ValueError as exc:
+                    raise ConfigError(f"{path}:{number}: not JSON ({exc})") from None
             try:
                 yield number, export_from_json(data)
             except ConfigError as exc:
@@ -336,7 +385,7 @@ async def import_file(
         SerializationError: A value cannot be stored.
         ImportConflict: A thread exists with other content (``on_conflict="fail"``).
     """
-    numbered = list(read_exports(path))
+    numbered = list(read_exports(path, _ring(store)))
     lines: dict[Any, int] = {}
     for number, export in numbered:
         try:

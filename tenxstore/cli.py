@@ -365,6 +365,14 @@ async def export_(
         str, typer.Option("-o", "--output", help="JSON Lines file ('-': standard output).")
     ] = "-",
     all_threads: Annotated[bool, typer.Option("--all", help="Every thread.")] = False,
+    sealed: Annotated[
+        bool,
+        typer.Option(
+            "--sealed",
+            help="Keep the export encrypted: each line sealed under the current key of "
+            "TENXSTORE_KEYS (import opens it with the same key ring).",
+        ),
+    ] = False,
     url: Url = DEFAULT_URL,
     schema: Schema = None,
 ) -> None:
@@ -374,12 +382,16 @@ async def export_(
     chosen = None if all_threads else thread_ids
     if output == "-":
         count = await _with(
-            url, schema, lambda repo: archive.write_exports(repo, sys.stdout, chosen)
+            url,
+            schema,
+            lambda repo: archive.write_exports(repo, sys.stdout, chosen, sealed=sealed),
         )
         err.print(f"exported {count} thread(s)")
         return
     path = Path(output)
-    count = await _with(url, schema, lambda repo: archive.export_threads(repo, path, chosen))
+    count = await _with(
+        url, schema, lambda repo: archive.export_threads(repo, path, chosen, sealed=sealed)
+    )
     out.print(f"exported {count} thread(s) to {path}")
 
 

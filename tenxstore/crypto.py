@@ -71,6 +71,7 @@ CACHE = "cache"
 CHECKPOINT = "lg_checkpoints.checkpoint"
 WRITE = "lg_writes.value"
 BLOB = "lg_blobs.blob"
+EXPORT = "export"  # a sealed line of an export file (tenxstore export --sealed)
 _MARK = "!"
 _VERSION = "tx1"
 _HEAD = f"{_MARK}{_VERSION}:"

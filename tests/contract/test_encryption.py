@@ -345,3 +345,58 @@ def test_a_langgraph_value_opens_only_where_and_as_it_was_sealed() -> None:
         open_typed(None, kind, data, "t1", BLOB)
     with pytest.raises(DecryptionError, match="not in the key ring"):
         open_typed(OTHER_KEYS, kind, data, "t1", BLOB)
+
+
+async def test_a_sealed_export_file_holds_no_plaintext_and_opens_with_its_key(
+    tmp_path: Path,
+) -> None:
+    """``export --sealed`` keeps the file encrypted (each line sealed, bound to its
+    thread id); importing it needs the key ring it was sealed under, refuses a line
+    moved to another thread id or tampered, and writes nothing then."""
+    import io
+    import json
+
+    from tenxstore import archive
+
+    async with backend_for("sqlite+encrypted", tmp_path) as backend:
+        cp = await backend.make()
+        await write_everything(cp, "t1")
+        await write_everything(cp, "t2")
+        path = tmp_path / "sealed.jsonl"  # (exported before the threads are cleaned)
+        assert await archive.export_threads(cp, path, ["t1", "t2"], sealed=True) == 2
+        content = path.read_bytes()
+        assert MARKER.encode() not in content
+        lines = [json.loads(line) for line in content.decode().splitlines()]
+        assert [line["thread_id"] for line in lines] == ["t1", "t2"]
+        assert all(is_sealed(line["sealed"]) for line in lines)
+        clear = io.StringIO()  # a whole plaintext export where the envelope should be
+        await archive.write_exports(cp, clear, ["t1"])
+        await cp.aclean_thread(cfg("t1"))
+        await cp.aclean_thread(cfg("t2"))
+        # Refused, and nothing written: another key ring, none, a line moved, tampered.
+        moved = tmp_path / "moved.jsonl"
+        moved.write_text(json.dumps({**lines[0], "thread_id": "t2"}) + "\n")
+        tampered = tmp_path / "tampered.jsonl"
+        envelope = lines[0]["sealed"]
+        flipped = envelope[:-3] + ("A" if envelope[-3] != "A" else "B") + envelope[-2:]
+        tampered.write_text(json.dumps({**lines[0], "sealed": flipped}) + "\n")
+        plain_line = tmp_path / "unsealed.jsonl"
+        plain_line.write_text(json.dumps({**lines[0], "sealed": clear.getvalue().strip()}) + "\n")
+        cases = [
+            (await backend.make(keys=OTHER_KEYS), path, DecryptionError),
+            (await backend.make(keys=None), path, ConfigError),
+            (cp, moved, DecryptionError),
+            (cp, tampered, DecryptionError),
+            (cp, plain_line, ConfigError),
+        ]
+        backend.keys = None
+        cases.append((await backend.make(), path, ConfigError))
+        for store, file, error in cases:
+            with pytest.raises(error):
+                await archive.import_file(store, file)
+            assert await cp.aget_thread(cfg("t1")) is None
+        counted = await archive.import_file(cp, path)
+        assert counted == {"created": 2}
+        assert await cp.aget_state(cfg("t2")) == {"note": MARKER}
+        with pytest.raises(ConfigError, match="key ring"):  # a plain store cannot seal
+            await archive.export_threads(await backend.make(), tmp_path / "x.jsonl", sealed=True)
