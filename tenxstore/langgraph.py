@@ -53,8 +53,8 @@ except ImportError as exc:  # pragma: no cover - the message is the point
 
 from .config import INCARNATION_KEY
 from .crypto import CHECKPOINT, WRITE, open_typed
-from .errors import ConfigError
-from .langgraph_tables import KEY, Values, run_id_of
+from .errors import ConfigError, SerializationError
+from .langgraph_tables import Values, run_id_of
 from .loops import BackgroundLoop
 from .protocol import Checkpointer
 from .serde import decode, encode
@@ -90,6 +90,42 @@ def restore_versions(checkpoint: Checkpoint, versions: str | None) -> None:
 
 def _configurable(config: RunnableConfig | None) -> dict[str, Any]:
     return dict((config or {}).get("configurable") or {})
+
+
+def _key_text(what: str, value: Any, limit: int | None, *, empty: bool = True) -> str:
+    """A LangGraph key string (namespace, checkpoint or task id, task path) as the
+    tables can hold it: a str of at most ``limit`` characters (this database's key
+    column), without U+0000 or a lone surrogate; else ``ConfigError``, nothing written."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be a str, not {type(value).__name__}")
+    if not empty and not value:
+        raise ConfigError(f"{what} must not be empty")
+    if limit is not None and len(value) > limit:
+        raise ConfigError(f"{what} must be at most {limit} characters here, not {len(value)}")
+    if "\x00" in value:
+        raise ConfigError(f"{what} must not contain U+0000")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(f"{what} contains a lone surrogate: not valid Unicode") from None
+    return value
+
+
+def _channel_name(channel: Any, *, nul: bool = True) -> None:
+    """A channel's name must be text every table can hold: a str without a lone
+    surrogate (and, where it is a column of its own, without U+0000)."""
+    if not isinstance(channel, str):
+        raise SerializationError(f"a channel name must be a str, not {type(channel).__name__}")
+    if not nul and "\x00" in channel:
+        raise SerializationError(f"channel {channel!r}: a name with U+0000 cannot be stored")
+    if not channel.isascii():
+        try:
+            channel.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SerializationError(
+                f"channel {channel!r}: a name with a lone surrogate is not valid Unicode"
+            ) from None
 
 
 class TenxCheckpointSaver(BaseCheckpointSaver[str]):
@@ -194,6 +230,16 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
 
     # -- versions ----------------------------------------------------------------
 
+    def _dump(self, what: str, value: Any) -> tuple[str, bytes]:
+        """LangGraph's serde of a value; one it cannot serialize is ``SerializationError``
+        (nothing is written)."""
+        try:
+            return self.serde.dumps_typed(value)
+        except SerializationError:
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise SerializationError(f"{what} cannot be serialized: {exc}") from exc
+
     def get_next_version(self, current: str | None, channel: None = None) -> str:
         """Monotonic string versions, as LangGraph's own savers make them."""
         if current is None:
@@ -222,17 +268,23 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         """
         scoped = self._scoped(config)
         conf = scoped["configurable"]
-        ns = conf.get("checkpoint_ns", "")
+        limits = self._tables.limits
+        ns = _key_text("checkpoint_ns", conf.get("checkpoint_ns", ""), limits.namespace)
         parent = conf.get("checkpoint_id")
+        if parent is not None:
+            _key_text("checkpoint_id", parent, limits.checkpoint_id, empty=False)
+        _key_text("checkpoint id", checkpoint["id"], limits.checkpoint_id, empty=False)
         channel_values = checkpoint["channel_values"]
+        for channel in (*checkpoint["channel_versions"], *channel_values):
+            _channel_name(channel)
         # The values go to lg_blobs, each version once; the checkpoint names them. A
-        # name or version longer than the table's key holds stays inline.
-        # A None value (a branch channel's, say) stays inline too, named by version
-        # "" (no row has it): a row of its own would cost ~125 bytes a version.
+        # name or version longer than the table's key holds (or with U+0000) stays
+        # inline. A None value (a branch channel's, say) stays inline too, named by
+        # version "" (no row has it): a row of its own would cost ~125 bytes a version.
         versions = {
             ch: "" if channel_values.get(ch, ...) is None else str(v)
             for ch, v in checkpoint["channel_versions"].items()
-            if len(ch) <= KEY and len(str(v)) <= KEY
+            if limits.storable(ch, str(v))
         }
         inline = {ch: v for ch, v in channel_values.items() if versions.get(ch, "") == ""}
         # A version the row's ``versions`` names exactly is not stored again in a
@@ -243,16 +295,16 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             for ch, v in checkpoint["channel_versions"].items()
             if not (isinstance(v, str) and v != "" and versions.get(ch) == v)
         }
-        typed = self.serde.dumps_typed(
-            {**checkpoint, "channel_values": inline, "channel_versions": kept}
+        typed = self._dump(
+            "the checkpoint", {**checkpoint, "channel_values": inline, "channel_versions": kept}
         )
         if typed[0] != "msgpack" and len(kept) < len(checkpoint["channel_versions"]):
-            typed = self.serde.dumps_typed({**checkpoint, "channel_values": inline})
+            typed = self._dump("the checkpoint", {**checkpoint, "channel_values": inline})
         values = Values(
             versions=versions,
             stored=frozenset(ch for ch in channel_values if versions.get(ch, "") != ""),
             new=frozenset(new_versions),
-            dump=lambda channel: self.serde.dumps_typed(channel_values[channel]),
+            dump=lambda channel: self._dump(f"channel {channel!r}", channel_values[channel]),
         )
         full_metadata = {  # tenxstore's own config keys are not the run's metadata
             k: v
@@ -299,9 +351,14 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         """Store the writes a task made against the checkpoint in ``config``."""
         scoped = self._scoped(config)
         conf = scoped["configurable"]
+        limits = self._tables.limits
+        ns = _key_text("checkpoint_ns", conf.get("checkpoint_ns", ""), limits.namespace)
+        _key_text("task_id", task_id, limits.task_id, empty=True)
+        _key_text("task_path", task_path, None)
         rows = []
         for index, (channel, value) in enumerate(writes):
-            type_, blob = self.serde.dumps_typed(value)
+            _channel_name(channel, nul=False)
+            type_, blob = self._dump(f"a write to channel {channel!r}", value)
             rows.append(
                 {
                     "task_id": task_id,
@@ -312,9 +369,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
                     "task_path": task_path,
                 }
             )
-        await self._tables.put_writes(
-            scoped, conf.get("checkpoint_ns", ""), conf["checkpoint_id"], rows
-        )
+        await self._tables.put_writes(scoped, ns, conf["checkpoint_id"], rows)
 
     @traced(write=True, prefix="langgraph.")
     async def adelete_thread(self, thread_id: str) -> None:

@@ -81,7 +81,7 @@ def _write_order(w: Any) -> tuple[Any, ...]:
     return (_CodePointOrder(w.c.task_path), _CodePointOrder(w.c.task_id), w.c.idx)
 
 
-__all__ = ["KEY", "LangGraphTables", "Values", "needed", "run_id_of"]
+__all__ = ["KEY", "KeyLimits", "LangGraphTables", "Values", "needed", "run_id_of"]
 
 _BATCH = 500  # checkpoints whose writes are read (or deleted) in one statement
 _WALK = 256  # ancestors walked per query for a DeltaChannel history
@@ -1032,6 +1032,48 @@ class _OneHop:
         return record
 
 
+@dataclass(frozen=True)
+class KeyLimits:
+    """The longest strings the LangGraph key columns hold on this database (255
+    characters; on MySQL, whose InnoDB keys are at most 3072 bytes, fewer)."""
+
+    namespace: int
+    channel: int
+    version: int
+    task_id: int
+    checkpoint_id: int
+
+    @classmethod
+    def of(cls, store: Store) -> KeyLimits:
+        dialect = store.backend.engine.dialect
+        tables = store.tables
+
+        def length(column: Any) -> int:
+            found = getattr(column.type.dialect_impl(dialect), "length", None)
+            return int(found) if found else KEY
+
+        return cls(
+            namespace=min(
+                length(t.c.checkpoint_ns) for t in (tables.lg_checkpoints, tables.lg_blobs)
+            ),
+            channel=length(tables.lg_blobs.c.channel),
+            version=length(tables.lg_blobs.c.version),
+            task_id=length(tables.lg_writes.c.task_id),
+            checkpoint_id=length(tables.lg_checkpoints.c.checkpoint_id),
+        )
+
+    def storable(self, channel: str, version: str = "") -> bool:
+        """Whether a channel's value at a version can be kept in ``lg_blobs`` (else it
+        stays inline in its checkpoint): a name and version the key columns hold, as
+        written (no U+0000, which some databases do not keep in text)."""
+        return (
+            len(channel) <= self.channel
+            and len(version) <= self.version
+            and "\x00" not in channel
+            and "\x00" not in version
+        )
+
+
 class LangGraphTables:
     """LangGraph checkpoints and writes of a repository's threads."""
 
@@ -1048,6 +1090,7 @@ class LangGraphTables:
         # (thread, namespace, channel) -> the value a next version may be a delta of
         self._bases = Bases()
         self._one: _OneStatement | _OneHop | None = None
+        self.limits = KeyLimits.of(store)
 
     def _one_statement(self) -> _OneStatement | _OneHop | None:
         """The one-round-trip paths: one statement where the backend runs statements at
@@ -1859,7 +1902,7 @@ class LangGraphTables:
         ids = store.ids(config)
         asked = sorted(channels)
         if 0 < len(asked) <= _HISTORY_CHANNELS and all(
-            len(ch) <= KEY and _verbatim_in_json(ch) for ch in asked
+            self.limits.storable(ch) and _verbatim_in_json(ch) for ch in asked
         ):
             at_once = await self._history_at_once(ids, ns, checkpoint_id, asked)
             if at_once is not None:
@@ -1888,7 +1931,8 @@ class LangGraphTables:
                     for r in chain
                     if r.versions is not None
                 }
-                long = any(len(ch) > KEY for ch in remaining)  # kept inline: looked at
+                # kept inline: looked at
+                long = any(not self.limits.storable(ch) for ch in remaining)
                 inline = [
                     r.checkpoint_id
                     for r in chain

@@ -241,3 +241,51 @@ async def test_channel_values_read_back_as_put(backend: Backend) -> None:
     found = await saver.aget_tuple(stored)
     assert found is not None
     assert found.checkpoint["channel_values"] == {"short": [3], long: {"x": 2}}
+
+
+async def test_odd_keys_are_refused_or_kept_exactly(backend: Backend) -> None:
+    """LangGraph's keys (namespace, checkpoint and task ids, task path, channel names)
+    as every database can hold them: one it cannot (too long for this database's key
+    column, U+0000 where it is a column, a lone surrogate) is a typed error with
+    nothing written; a channel named with U+0000 is kept (inline) and read back; a
+    value the serde cannot serialize is SerializationError."""
+    from tenxstore import SerializationError
+
+    saver = TenxCheckpointSaver(await backend.make(enforce_user_isolation=False))
+    limit = saver._tables.limits.namespace if backend.name != "memory" else 255
+    bad_namespaces = ["n" * (limit + 1), "a\x00b", "a\ud800b", 7]
+    for ns in bad_namespaces:
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": ns}}
+        with pytest.raises(ConfigError, match="checkpoint_ns"):
+            await saver.aput(config, empty_checkpoint(), {"source": "input"}, {})
+    for channel in ("c\ud800", 5):
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {channel: "v"}
+        checkpoint["channel_versions"] = {channel: saver.get_next_version(None, None)}
+        with pytest.raises(SerializationError, match="channel"):
+            await saver.aput(root("t"), checkpoint, {"source": "input"}, {})
+    unserializable = empty_checkpoint()
+    unserializable["channel_values"] = {"c": object()}
+    unserializable["channel_versions"] = {"c": saver.get_next_version(None, None)}
+    with pytest.raises(SerializationError, match="'c'"):
+        await saver.aput(root("t"), unserializable, {"source": "input"}, {})
+    assert await saver.aget_tuple(root("t")) is None  # nothing was written
+    # A channel named with U+0000 (and one longer than the key column) is kept whole.
+    odd = {"c\x00d": "nul", "l" * 300: "long", "é✓𝄞": "unicode"}
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = dict(odd)
+    checkpoint["channel_versions"] = {ch: saver.get_next_version(None, None) for ch in odd}
+    head = await saver.aput(root("t"), checkpoint, {"source": "input"}, {})
+    found = await saver.aget_tuple(head)
+    assert found is not None and found.checkpoint["channel_values"] == odd
+    for task_id, path, channel in (
+        ("t\x00", "", "c"),
+        ("t", "p\ud800", "c"),
+        ("t" * (saver._tables.limits.task_id + 1), "", "c"),
+    ):
+        with pytest.raises(ConfigError):
+            await saver.aput_writes(head, [(channel, 1)], task_id, path)
+    with pytest.raises(SerializationError, match="U\\+0000"):
+        await saver.aput_writes(head, [("c\x00d", 1)], "task")
+    found = await saver.aget_tuple(head)
+    assert found is not None and found.pending_writes == []
