@@ -16,7 +16,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import inspect, select
+from sqlalchemy import MetaData, Table, func, inspect, literal, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -192,9 +192,48 @@ async def downgrade(backend: Backend, *, schema: str | None = None, revision: st
     """Migrate the database behind ``backend`` down to ``revision`` (``base``: empty).
 
     Dropping a revision drops its tables and columns, with their data.
+
+    Raises:
+        ConfigError: Below ``0006_langgraph_deltas`` while LangGraph values are stored as
+            sealed deltas (encryption at rest): the downgrade would join ciphertexts.
+            Checked before any revision is undone (MySQL's DDL is not transactional).
     """
     async with backend.migration_connection() as connection:
+        if revision in _BELOW_DELTAS:
+            await connection.run_sync(_refuse_sealed_deltas, schema)
         await connection.run_sync(_downgrade_sync, schema, revision)
+
+
+#: Targets a downgrade reaches only by undoing 0006 (which joins deltas back whole).
+_BELOW_DELTAS = frozenset(
+    {
+        "base",
+        "0001_initial",
+        "0002_langgraph",
+        "0003_incarnations",
+        "0004_hot_updates",
+        "0005_langgraph_storage",
+    }
+)
+
+
+def _refuse_sealed_deltas(connection: Connection, schema: str | None) -> None:
+    if not inspect(connection).has_table("lg_blobs", schema=schema):
+        return
+    columns = {c["name"] for c in inspect(connection).get_columns("lg_blobs", schema=schema)}
+    if "base" not in columns:
+        return
+    b = Table("lg_blobs", MetaData(), schema=schema, autoload_with=connection)
+    sealed = connection.execute(
+        select(literal(1)).where(b.c.base.is_not(None), func.substr(b.c.type, 1, 1) == "!").limit(1)
+    ).first()
+    if sealed is not None:
+        raise ConfigError(
+            "this database holds LangGraph values stored as deltas under encryption at "
+            "rest: a downgrade below 0006 would join sealed bytes into values that never "
+            "open again. Nothing was changed. Keep this revision, or first export the "
+            "threads (tenxstore export), delete them, downgrade, and import them again."
+        )
 
 
 async def upgrade_connection(

@@ -59,8 +59,31 @@ def _whole(rows: dict[str, tuple[bytes, str | None, int, int]], version: str) ->
     return value
 
 
+def _refuse_sealed_deltas(bind: sa.engine.Connection) -> None:
+    """A delta sealed by encryption at rest (its type marked ``!``) is an envelope of its
+    own: joining its bytes to its base's would make values that never open again. The
+    downgrade refuses before it changes anything (tenxstore cannot open them here: the
+    migration has no keys)."""
+    from tenxstore.errors import ConfigError
+
+    b = sa.table("lg_blobs", sa.column("base"), sa.column("type"))
+    sealed = bind.execute(
+        sa.select(sa.literal(1))
+        .where(b.c.base.is_not(None), sa.func.substr(b.c.type, 1, 1) == "!")
+        .limit(1)
+    ).first()
+    if sealed is not None:
+        raise ConfigError(
+            "this database holds LangGraph values stored as deltas under encryption at "
+            "rest: a downgrade below 0006 would join sealed bytes into values that never "
+            "open again. Nothing was changed. Keep this revision, or first export the "
+            "threads (tenxstore export), delete them, downgrade, and import them again."
+        )
+
+
 def downgrade() -> None:
     bind = op.get_bind()
+    _refuse_sealed_deltas(bind)
     b = sa.table(
         "lg_blobs",
         sa.column("thread_id"),

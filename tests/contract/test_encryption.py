@@ -400,3 +400,27 @@ async def test_a_sealed_export_file_holds_no_plaintext_and_opens_with_its_key(
         assert await cp.aget_state(cfg("t2")) == {"note": MARKER}
         with pytest.raises(ConfigError, match="key ring"):  # a plain store cannot seal
             await archive.export_threads(await backend.make(), tmp_path / "x.jsonl", sealed=True)
+
+
+async def test_a_downgrade_below_0006_refuses_sealed_deltas(tmp_path: Path) -> None:
+    """0006's downgrade joins each delta's bytes to its base's; a sealed delta is an
+    envelope of its own, so the joined bytes would never open again: the downgrade
+    refuses before it changes anything, and every value still reads."""
+    from tenxstore import migrate
+
+    async with backend_for("sqlite+encrypted", tmp_path) as backend:
+        cp = await backend.make()
+        graph = chat(TenxCheckpointSaver(cp).for_user("alice"))
+        run = {"configurable": {"thread_id": "t1"}}
+        for n in range(6):
+            await graph.ainvoke({"messages": [HumanMessage(f"m {n}", id=f"h{n}")]}, run)
+        async with cp.engine.connect() as conn:
+            deltas = await conn.execute(
+                text("SELECT count(*) FROM lg_blobs WHERE base IS NOT NULL AND type LIKE '!%'")
+            )
+            assert deltas.scalar_one() > 0  # the premise: sealed deltas are there
+        with pytest.raises(ConfigError, match="downgrade below 0006"):
+            await migrate.downgrade(cp.backend, revision="0005_langgraph_storage")
+        fresh = await backend.make()
+        state = await chat(TenxCheckpointSaver(fresh).for_user("alice")).aget_state(run)
+        assert len(state.values["messages"]) == 12
