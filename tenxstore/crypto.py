@@ -147,7 +147,8 @@ class KeyRing:
     Args:
         keys: ``(key_id, key)`` pairs or a mapping, in order, the current key first.
             A key is 32 bytes, or their base64 text. Key ids are 1 to 64 characters of
-            ``A-Z a-z 0-9 _ . -`` and unique.
+            ``A-Z a-z 0-9 _ . -`` and unique, also ignoring case (``"k1"`` and ``"K1"``
+            in one ring are refused: some databases compare text without case).
 
     Raises:
         ConfigError: No key, a bad id, a repeated id, a key that is not 32 bytes, or
@@ -178,6 +179,12 @@ class KeyRing:
                 )
             if key_id in self._ciphers:
                 raise ConfigError(f"key id {key_id!r} appears twice in the key ring")
+            same = [k for k in self._ciphers if k.lower() == key_id.lower()]
+            if same:
+                raise ConfigError(
+                    f"key ids {same[0]!r} and {key_id!r} differ only in case; key ids must "
+                    "differ ignoring case (a database may compare them without case)"
+                )
             raw = _decode_key(key_id, key)
             self._ciphers[key_id] = AESGCM(raw)
             self._pairs.append((key_id, raw))
