@@ -465,7 +465,7 @@ class CachedCheckpointer:
                 log.warning("dropping a cache entry that does not decode%s: %s", where, exc)
                 await redis.drop([key])
                 entry = None
-            if entry is not None and SEALED_MEMBER in entry.state:
+            if entry is not None and (self.keys is not None or SEALED_MEMBER in entry.state):
                 entry = await self._opened(entry, ids.thread_id, key)
             if entry is not None:
                 telemetry.cache_lookup("hit")
@@ -483,10 +483,12 @@ class CachedCheckpointer:
 
     async def _opened(self, entry: Entry, thread_id: Any, key: str) -> Entry | None:
         """A sealed entry opened; None (a miss, the entry dropped) when it does not open:
-        sealed under a key since removed, or tampered with. Never its ciphertext, never
-        garbage: the database answers instead, and the failure is logged."""
+        sealed under a key since removed, tampered with, or (with a key ring) not
+        sealed at all: an entry cached before encryption was turned on, or plaintext
+        written into Redis. Never its ciphertext, never plaintext an encrypted store did
+        not seal: the database answers instead, and the failure is logged."""
         assert self._redis is not None
-        sealed = entry.state[SEALED_MEMBER]
+        sealed = entry.state.get(SEALED_MEMBER)
         try:
             if len(entry.state) != 1 or not isinstance(sealed, str):
                 raise DecryptionError(thread_id, CACHE, None, "not a sealed entry")

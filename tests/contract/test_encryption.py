@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import uuid
 from pathlib import Path
@@ -400,3 +401,27 @@ async def test_a_sealed_export_file_holds_no_plaintext_and_opens_with_its_key(
         assert await cp.aget_state(cfg("t2")) == {"note": MARKER}
         with pytest.raises(ConfigError, match="key ring"):  # a plain store cannot seal
             await archive.export_threads(await backend.make(), tmp_path / "x.jsonl", sealed=True)
+
+
+async def test_the_cache_serves_an_encrypted_store_only_what_it_sealed(tmp_path: Path) -> None:
+    """With a key ring, a cache entry that is not sealed (cached before encryption was
+    turned on, or written into Redis) is a miss, dropped."""
+    async with backend_for("sqlite+redis", tmp_path) as backend:
+        plain = await backend.make()
+        await plain.aput_checkpoint(cfg(), {"note": MARKER})
+        assert await plain.aget_state_cache(cfg()) == {"note": MARKER}
+        assert holds(await raw_redis(backend))
+        cp = await backend.make(keys=TEST_KEYS)
+        client = Redis.from_url(backend.redis_url)
+        try:
+            keys = [k async for k in client.scan_iter(match=f"{backend.key_prefix}:*")]
+            [t1] = [k for k in keys if k.endswith(b":t1:alice")]
+            # a plaintext entry is dropped and refilled sealed from the database
+            assert await cp.aget_state_cache(cfg()) == {"note": MARKER}
+            assert not holds(await raw_redis(backend)) and b"!tx1:" in await client.get(t1)
+            entry = json.loads(await client.get(t1))
+            entry.pop("__checkpoint_sealed__")  # plaintext at the entry's own version
+            await client.set(t1, json.dumps({**entry, "note": "forged"}))
+            assert await cp.aget_state_cache(cfg()) == {"note": MARKER}
+        finally:
+            await client.aclose()
