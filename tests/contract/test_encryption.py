@@ -405,17 +405,21 @@ async def test_a_sealed_export_file_holds_no_plaintext_and_opens_with_its_key(
 
 async def test_the_cache_serves_an_encrypted_store_only_what_it_sealed(tmp_path: Path) -> None:
     """With a key ring, a cache entry that is not sealed (cached before encryption was
-    turned on, or written into Redis) is a miss, dropped."""
+    turned on, or written into Redis) is a miss, dropped; and a sealed entry opens only
+    at the version, life and key it was sealed for: an older sealed state replayed under
+    the current version, or an entry of the previous format, is a miss too."""
     async with backend_for("sqlite+redis", tmp_path) as backend:
         plain = await backend.make()
         await plain.aput_checkpoint(cfg(), {"note": MARKER})
         assert await plain.aget_state_cache(cfg()) == {"note": MARKER}
         assert holds(await raw_redis(backend))
         cp = await backend.make(keys=TEST_KEYS)
+        await cp.aput_checkpoint(cfg("t2"), {"note": "t2 v1"})
         client = Redis.from_url(backend.redis_url)
         try:
             keys = [k async for k in client.scan_iter(match=f"{backend.key_prefix}:*")]
             [t1] = [k for k in keys if k.endswith(b":t1:alice")]
+            [t2] = [k for k in keys if k.endswith(b":t2:alice")]
             # a plaintext entry is dropped and refilled sealed from the database
             assert await cp.aget_state_cache(cfg()) == {"note": MARKER}
             assert not holds(await raw_redis(backend)) and b"!tx1:" in await client.get(t1)
@@ -423,5 +427,21 @@ async def test_the_cache_serves_an_encrypted_store_only_what_it_sealed(tmp_path:
             entry.pop("__checkpoint_sealed__")  # plaintext at the entry's own version
             await client.set(t1, json.dumps({**entry, "note": "forged"}))
             assert await cp.aget_state_cache(cfg()) == {"note": MARKER}
+            # replay: v1's sealed state under v2's clear version
+            v1 = json.loads(await client.get(t2))
+            await cp.aput_checkpoint(cfg("t2"), {"note": "t2 v2"})
+            assert await cp.aget_state_cache(cfg("t2")) == {"note": "t2 v2"}
+            v2 = json.loads(await client.get(t2))
+            await client.set(t2, json.dumps({**v1, "__checkpoint_version__": v2[VERSION]}))
+            assert await cp.aget_state_cache(cfg("t2")) == {"note": "t2 v2"}
+            # an entry sealed by the previous format (bound to the thread only)
+            old = TEST_KEYS.seal(encode({"note": "old format"}), "t2", "cache")
+            await client.set(t2, json.dumps({**v2, "__checkpoint_sealed__": old}))
+            assert await cp.aget_state_cache(cfg("t2")) == {"note": "t2 v2"}
+            refilled = json.loads(await client.get(t2))
+            assert refilled[VERSION] == 2 and refilled["__checkpoint_sealed__"] != old
         finally:
             await client.aclose()
+
+
+VERSION = "__checkpoint_version__"
