@@ -20,6 +20,7 @@ import tenxstore
 from tenxstore import ConfigError, DecryptionError, KeyRing, SerializationError
 from tenxstore.crypto import is_sealed
 from tenxstore.langgraph import TenxCheckpointSaver
+from tenxstore.rotation import arotate_keys
 from tenxstore.serde import encode
 from tests.conftest import TEST_KEYS, Backend, backend_for, cfg
 
@@ -445,3 +446,66 @@ async def test_the_cache_serves_an_encrypted_store_only_what_it_sealed(tmp_path:
 
 
 VERSION = "__checkpoint_version__"
+
+
+async def test_a_strict_key_ring_refuses_plaintext_in_place_of_a_sealed_value(
+    tmp_path: Path,
+) -> None:
+    """Without require_sealed, plaintext substituted for a sealed value reads (it is
+    what rows written before encryption look like); with it, every read of a value
+    that is not sealed raises, and a cache entry that is not sealed is a miss."""
+    strict = KeyRing([("test-k1", bytes(range(32)))], require_sealed=True)
+    async with backend_for("sqlite", tmp_path) as backend:
+        await write_everything(await backend.make(keys=TEST_KEYS))
+        cp = await backend.make(keys=strict)
+        assert await cp.aget_state(cfg()) == {"note": MARKER}  # all sealed: reads
+        await tamper(cp, """UPDATE states SET state_data = '{"note":"INJECTED"}'""")
+        await tamper(cp, """UPDATE threads SET metadata = '{"topic":"INJECTED"}'""")
+        await tamper(cp, "UPDATE lg_blobs SET type = substr(type, 2) WHERE type LIKE '!%'")
+        lenient = await backend.make(keys=TEST_KEYS)
+        assert await lenient.aget_state(cfg()) == {"note": "INJECTED"}
+        with pytest.raises(DecryptionError, match="requires sealed") as caught:
+            await cp.aget_state(cfg())
+        assert caught.value.column == "states.state_data" and caught.value.thread_id == "t1"
+        with pytest.raises(DecryptionError, match="requires sealed"):
+            await cp.aget_thread(cfg())
+        with pytest.raises(DecryptionError, match="requires sealed"):
+            await cp.aexport_thread(cfg())
+        saver = TenxCheckpointSaver(cp).for_user("alice")
+        with pytest.raises(DecryptionError, match="lg_blobs"):
+            await chat(saver).aget_state({"configurable": {"thread_id": "t1"}})
+        with pytest.raises(DecryptionError, match="requires sealed"):
+            await arotate_keys(cp)  # it does not seal plaintext it cannot trust
+    assert strict.open_typed("!x", strict.seal_typed("x", b"v", 1, "c")[1], 1, "c") == ("x", b"v")
+    with pytest.raises(DecryptionError, match="requires sealed"):
+        strict.open_typed("bytes", b"v", 1, "c")
+    assert pickle.loads(pickle.dumps(strict)).require_sealed
+    key = KeyRing.generate_key()
+    on = KeyRing.from_env({"TENXSTORE_KEYS": f"k:{key}", "TENXSTORE_REQUIRE_SEALED": "1"})
+    off = KeyRing.from_env({"TENXSTORE_KEYS": f"k:{key}", "TENXSTORE_REQUIRE_SEALED": "0"})
+    assert on is not None and on.require_sealed and off is not None and not off.require_sealed
+    for bad in (
+        {"TENXSTORE_KEYS": f"k:{key}", "TENXSTORE_REQUIRE_SEALED": "maybe"},
+        {"TENXSTORE_REQUIRE_SEALED": "1"},
+    ):
+        with pytest.raises(ConfigError, match="TENXSTORE_REQUIRE_SEALED"):
+            KeyRing.from_env(bad)
+    with pytest.raises(ConfigError, match="require_sealed"):
+        KeyRing([("k", key)], require_sealed="yes")  # type: ignore[arg-type]
+
+
+async def test_a_strict_cache_drops_an_unsealed_entry(tmp_path: Path) -> None:
+    strict = KeyRing([("test-k1", bytes(range(32)))], require_sealed=True)
+    async with backend_for("sqlite+redis", tmp_path) as backend:
+        await (await backend.make(keys=TEST_KEYS)).aput_checkpoint(cfg(), {"note": MARKER})
+        cp = await backend.make(keys=strict)
+        client = Redis.from_url(backend.redis_url)
+        try:
+            keys = [k async for k in client.scan_iter(match=f"{backend.key_prefix}:*")]
+            [key] = [k for k in keys if k.endswith(b":t1:alice")]
+            entry = json.loads(await client.get(key))
+            entry.pop("__checkpoint_sealed__")
+            await client.set(key, json.dumps({**entry, "note": "INJECTED"}))
+            assert await cp.aget_state_cache(cfg()) == {"note": MARKER}
+        finally:
+            await client.aclose()
