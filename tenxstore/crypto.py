@@ -69,7 +69,8 @@ ENV = "TENXSTORE_KEYS"
 """The environment variable read when no key ring is given in code."""
 REQUIRE_ENV = "TENXSTORE_REQUIRE_SEALED"
 """The environment variable that turns on :attr:`KeyRing.require_sealed` (``1``/``0``)."""
-
+MAX_TYPE = 64
+"""Characters of a LangGraph value's type column; a sealed type takes one more (``!``)."""
 # The columns an envelope is bound to (its associated data names one of them).
 STATE = "states.state_data"
 META = "states.meta"
@@ -327,7 +328,13 @@ class KeyRing:
     def seal_typed(self, kind: str, data: bytes, thread_id: Any, column: str) -> tuple[str, bytes]:
         """A LangGraph ``(type, bytes)`` sealed: the type marked ``!`` (see
         :func:`check_type`), the bytes ``tx1``, the key id's length and the key id, the
-        nonce, the ciphertext and tag. The plain type is part of the associated data."""
+        nonce, the ciphertext and tag. The plain type is part of the associated data.
+
+        Raises:
+            SerializationError: The type begins with ``!`` or is over 63 characters
+                (the mark makes it one longer, and the column holds 64).
+        """
+        check_type(kind, sealed=True)
         head = _BYTES_HEAD + bytes([len(self.current)]) + self.current.encode()
         nonce = os.urandom(_NONCE)
         sealed = self._sealer.encrypt(nonce, data, _typed_aad(head, kind, column, thread_id))
@@ -390,17 +397,25 @@ def _bytes_key_id(data: bytes) -> str | None:
     return key_id if len(raw) == size and _KEY_ID.fullmatch(key_id) else None
 
 
-def check_type(kind: str) -> str:
+def check_type(kind: str, *, sealed: bool = False) -> str:
     """A serializer's type as it may be stored: never one that begins with ``!``,
     which marks a sealed LangGraph value (so the mark tells sealed from plain exactly,
-    whatever the bytes: LangGraph's raw ``bytes`` values can begin with anything).
+    whatever the bytes: LangGraph's raw ``bytes`` values can begin with anything), and
+    at most 64 characters, 63 when it is to be ``sealed`` (the mark takes one).
 
     Raises:
-        SerializationError: The type begins with ``!``.
+        SerializationError: The type begins with ``!``, or is too long.
     """
     if kind[:1] == _MARK:
         raise SerializationError(
             f"a serializer type may not begin with {_MARK!r} (it marks encrypted values): {kind!r}"
+        )
+    top = MAX_TYPE - 1 if sealed else MAX_TYPE
+    if len(kind) > top:
+        why = " when encrypted (the mark of a sealed value takes one)" if sealed else ""
+        raise SerializationError(
+            f"a serializer type may be at most {top} characters{why}, not {len(kind)}: "
+            f"{kind[:20]!r}..."
         )
     return kind
 

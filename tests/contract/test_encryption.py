@@ -509,3 +509,56 @@ async def test_a_strict_cache_drops_an_unsealed_entry(tmp_path: Path) -> None:
             assert await cp.aget_state_cache(cfg()) == {"note": MARKER}
         finally:
             await client.aclose()
+
+
+class _LongType:
+    """A serializer whose type is 64 characters (the most a plain store holds)."""
+
+    def __init__(self) -> None:
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+        self.inner = JsonPlusSerializer()
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        return "t" * 64, self.inner.dumps_typed(obj)[1]
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        return self.inner.loads_typed(("msgpack", data[1]))
+
+    def dumps(self, obj: Any) -> bytes:
+        return self.inner.dumps(obj)
+
+    def loads(self, data: bytes) -> Any:
+        return self.inner.loads(data)
+
+
+async def test_a_sealed_type_may_be_63_characters(tmp_path: Path) -> None:
+    """Sealing marks a LangGraph value's type with '!': a 64-character type fits the
+    column plain and is refused sealed (SerializationError, nothing written), on a put
+    and on an import, before the database sees it."""
+    from tenxstore.crypto import check_type
+
+    assert check_type("t" * 64) and check_type("t" * 63, sealed=True)
+    for kind, sealed in (("t" * 65, False), ("t" * 64, True)):
+        with pytest.raises(SerializationError, match="at most"):
+            check_type(kind, sealed=sealed)
+    with pytest.raises(SerializationError):
+        TEST_KEYS.seal_typed("t" * 64, b"v", 1, "c")
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+    run = {"configurable": {"thread_id": "t1"}}
+    async with backend_for("sqlite", tmp_path / "a") as plain_store:
+        plain = await plain_store.make()
+        graph = chat(TenxCheckpointSaver(plain, serde=_LongType()).for_user("alice"))
+        await graph.ainvoke({"messages": [HumanMessage("hi", id="h0")]}, run)
+        export = await plain.aexport_thread(cfg("t1"))
+        assert export is not None and export.langgraph_checkpoints
+    async with backend_for("sqlite+encrypted", tmp_path / "b") as sealed_store:
+        cp = await sealed_store.make()
+        graph = chat(TenxCheckpointSaver(cp, serde=_LongType()).for_user("alice"))
+        with pytest.raises(SerializationError, match="63"):
+            await graph.ainvoke({"messages": [HumanMessage("hi", id="h0")]}, run)
+        with pytest.raises(SerializationError, match="63"):
+            await cp.aimport_thread(export)
+        assert await cp.aget_thread(cfg("t1")) is None
+        assert (await raw_cells(sealed_store, cp))["lg_checkpoints"] == []
