@@ -93,24 +93,40 @@ SEALED_MEMBER = "__checkpoint_sealed__"
 """The one member of an encrypted entry's state: the state's text, sealed."""
 
 
+def _sealed_column(key: str, version: int, incarnation: int | None) -> str:
+    """What a sealed entry is bound to besides its thread: the incarnation and version
+    the guard reads in clear, and the key it is stored under. A sealed state replayed
+    under another version, another life of the thread or another key (another user's)
+    does not open: a miss."""
+    return f"{CACHE}:{incarnation}:{version}:{key}"
+
+
 def _body(
     state: dict[str, Any],
     text: str | None = None,
     keys: KeyRing | None = None,
     thread_id: Any = None,
+    key: str = "",
+    version: int = 0,
+    incarnation: int | None = None,
 ) -> tuple[str, str] | None:
     """A state's text (``text`` when the store has encoded it already) as (stdlib mark,
     members after ``{``); None when the state uses the incarnation's or the sealed
     member itself (it cannot be cached, and is served from the database instead).
 
     With ``keys`` the entry's state is one member, the state's text sealed for the
-    thread: the version and incarnation stay in clear for the guard."""
+    thread, the key, the version and the incarnation (which stay in clear for the
+    guard, and are bound by the associated data); None when the incarnation is not
+    known (the script would pick it, and the seal could not name it)."""
     if INCARNATION_MEMBER in state or SEALED_MEMBER in state:
         return None
     if text is None:
         text = encode_state(state)
     if keys is not None:  # an envelope is base64 and [A-Za-z0-9_.-:!]: no JSON escape
-        return "", f',"{SEALED_MEMBER}":"{keys.seal(text, thread_id, CACHE)}"}}'
+        if incarnation is None:
+            return None
+        sealed = keys.seal(text, thread_id, _sealed_column(key, version, incarnation))
+        return "", f',"{SEALED_MEMBER}":"{sealed}"}}'
     mark = " " if text.startswith(" ") else ""
     text = text[len(mark) :]
     return mark, ("}" if text == "{}" else "," + text[1:])
@@ -320,7 +336,7 @@ class CachedCheckpointer:
         ago (or a state that cannot be cached) only fences."""
         redis = self._redis
         assert redis is not None
-        body = _body(state, text, self.keys, thread_id)
+        body = _body(state, text, self.keys, thread_id, key, version, incarnation)
         if body is None or time.monotonic() - prepared > MAX_PUT_AGE:
             own = (incarnation, version) if incarnation is not None else BLANKET
             await redis.fence([(key, own), *fences])
@@ -465,7 +481,7 @@ class CachedCheckpointer:
                 log.warning("dropping a cache entry that does not decode%s: %s", where, exc)
                 await redis.drop([key])
                 entry = None
-            if entry is not None and SEALED_MEMBER in entry.state:
+            if entry is not None and (self.keys is not None or SEALED_MEMBER in entry.state):
                 entry = await self._opened(entry, ids.thread_id, key)
             if entry is not None:
                 telemetry.cache_lookup("hit")
@@ -483,14 +499,18 @@ class CachedCheckpointer:
 
     async def _opened(self, entry: Entry, thread_id: Any, key: str) -> Entry | None:
         """A sealed entry opened; None (a miss, the entry dropped) when it does not open:
-        sealed under a key since removed, or tampered with. Never its ciphertext, never
-        garbage: the database answers instead, and the failure is logged."""
+        sealed under a key since removed, tampered with, replayed under another
+        version, life or key, or (with a key ring) not sealed at all: an entry cached
+        before encryption was turned on, or plaintext written into Redis. Never its
+        ciphertext, never plaintext an encrypted store did not seal: the database
+        answers instead, and the failure is logged."""
         assert self._redis is not None
-        sealed = entry.state[SEALED_MEMBER]
+        sealed = entry.state.get(SEALED_MEMBER)
+        column = _sealed_column(key, entry.version, entry.incarnation)
         try:
             if len(entry.state) != 1 or not isinstance(sealed, str):
                 raise DecryptionError(thread_id, CACHE, None, "not a sealed entry")
-            state = decode(open_text(self.keys, sealed, thread_id, CACHE))
+            state = decode(open_text(self.keys, sealed, thread_id, column))
         except (DecryptionError, ValueError) as exc:
             where = f" ({key})" if telemetry.record_ids() else ""
             log.warning("dropping a cache entry that does not decrypt%s: %s", where, exc)
@@ -521,10 +541,15 @@ class CachedCheckpointer:
             return False
         prefix = await self._key_prefix()
         key = cache_key(prefix, ids.thread_id, ids.user_id, ids.isolated)
-        body = _body(state, text, self.keys, ids.thread_id)
+        incarnation = recorded_incarnation(config)
+        if incarnation is None and self.keys is not None:
+            # a sealed entry names its incarnation: read it (the script cannot seal)
+            incarnation = await self._incarnation(ids)
+            if incarnation is None:
+                return False  # the thread is gone, or not the caller's
+        body = _body(state, text, self.keys, ids.thread_id, key, version, incarnation)
         if body is None:
             return False
-        incarnation = recorded_incarnation(config)
         stored = await redis.put(key, body, version, incarnation, replace_only=True)
         if stored != _EMPTY:
             return stored == 1

@@ -54,10 +54,23 @@ except ImportError:  # pragma: no cover - the same output, slower
         return base64.b64decode(text, validate=True)
 
 
-__all__ = ["ENV", "KeyRing", "check_type", "is_sealed", "open_text", "open_typed", "sealed_key_id"]
+__all__ = [
+    "ENV",
+    "REQUIRE_ENV",
+    "KeyRing",
+    "check_type",
+    "is_sealed",
+    "open_text",
+    "open_typed",
+    "sealed_key_id",
+]
 
 ENV = "TENXSTORE_KEYS"
 """The environment variable read when no key ring is given in code."""
+REQUIRE_ENV = "TENXSTORE_REQUIRE_SEALED"
+"""The environment variable that turns on :attr:`KeyRing.require_sealed` (``1``/``0``)."""
+MAX_TYPE = 64
+"""Characters of a LangGraph value's type column; a sealed type takes one more (``!``)."""
 # The columns an envelope is bound to (its associated data names one of them).
 STATE = "states.state_data"
 META = "states.meta"
@@ -147,14 +160,26 @@ class KeyRing:
     Args:
         keys: ``(key_id, key)`` pairs or a mapping, in order, the current key first.
             A key is 32 bytes, or their base64 text. Key ids are 1 to 64 characters of
-            ``A-Z a-z 0-9 _ . -`` and unique.
+            ``A-Z a-z 0-9 _ . -`` and unique, also ignoring case (``"k1"`` and ``"K1"``
+            in one ring are refused: some databases compare text without case).
+        require_sealed: Strict mode: a stored value that is not sealed (plaintext
+            written before encryption was on, or plaintext substituted for a sealed
+            value by someone who can write to the database or Redis) raises
+            :class:`~tenxstore.errors.DecryptionError` when read (a cache entry is a
+            miss), instead of being read as it is. Turn it on once ``rotate-keys`` has
+            sealed every row.
 
     Raises:
         ConfigError: No key, a bad id, a repeated id, a key that is not 32 bytes, or
             the ``cryptography`` package is missing (``pip install 'tenxstore[crypto]'``).
     """
 
-    def __init__(self, keys: Mapping[str, str | bytes] | Iterable[tuple[str, str | bytes]]):
+    def __init__(
+        self,
+        keys: Mapping[str, str | bytes] | Iterable[tuple[str, str | bytes]],
+        *,
+        require_sealed: bool = False,
+    ):
         try:
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
         except ImportError as exc:  # pragma: no cover - the extra is in the test extra
@@ -163,6 +188,10 @@ class KeyRing:
             ) from exc
         if isinstance(keys, (str, bytes)):
             raise ConfigError("keys must be (key_id, key) pairs or a mapping; see KeyRing.parse")
+        if not isinstance(require_sealed, bool):
+            raise ConfigError(f"require_sealed must be a bool, not {require_sealed!r}")
+        self.require_sealed = require_sealed
+        """Whether a value that is not sealed is refused when read (strict mode)."""
         pairs = list(keys.items() if isinstance(keys, Mapping) else keys)
         if not pairs:
             raise ConfigError("a key ring needs at least one key")
@@ -178,6 +207,12 @@ class KeyRing:
                 )
             if key_id in self._ciphers:
                 raise ConfigError(f"key id {key_id!r} appears twice in the key ring")
+            same = [k for k in self._ciphers if k.lower() == key_id.lower()]
+            if same:
+                raise ConfigError(
+                    f"key ids {same[0]!r} and {key_id!r} differ only in case; key ids must "
+                    "differ ignoring case (a database may compare them without case)"
+                )
             raw = _decode_key(key_id, key)
             self._ciphers[key_id] = AESGCM(raw)
             self._pairs.append((key_id, raw))
@@ -187,7 +222,7 @@ class KeyRing:
         self._sealer = self._ciphers[self.current]
 
     @classmethod
-    def parse(cls, text: str) -> KeyRing:
+    def parse(cls, text: str, *, require_sealed: bool = False) -> KeyRing:
         """A key ring from ``"key_id:base64key,key_id:base64key"`` (the current first).
 
         Raises:
@@ -201,13 +236,27 @@ class KeyRing:
             if not sep:
                 raise ConfigError(f"{ENV}: {key_id[:8]!r}... is not key_id:base64key")
             pairs.append((key_id, key))
-        return cls(pairs)
+        return cls(pairs, require_sealed=require_sealed)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> KeyRing | None:
-        """The key ring ``TENXSTORE_KEYS`` gives, or None when it is unset or empty."""
-        text = (os.environ if environ is None else environ).get(ENV, "").strip()
-        return cls.parse(text) if text else None
+        """The key ring ``TENXSTORE_KEYS`` gives, or None when it is unset or empty;
+        strict (:attr:`require_sealed`) when ``TENXSTORE_REQUIRE_SEALED`` is ``1``.
+
+        Raises:
+            ConfigError: Malformed keys, or ``TENXSTORE_REQUIRE_SEALED`` is not one of
+                ``1 true yes 0 false no`` (or empty).
+        """
+        environ = os.environ if environ is None else environ
+        text = environ.get(ENV, "").strip()
+        flag = environ.get(REQUIRE_ENV, "").strip().lower()
+        if flag not in _FLAGS:
+            raise ConfigError(f"{REQUIRE_ENV} must be 1 or 0 (true/false), not {flag[:16]!r}")
+        if not text:
+            if _FLAGS[flag]:
+                raise ConfigError(f"{REQUIRE_ENV} is set, and {ENV} gives no key")
+            return None
+        return cls.parse(text, require_sealed=_FLAGS[flag])
 
     @staticmethod
     def generate_key() -> str:
@@ -220,10 +269,18 @@ class KeyRing:
         return tuple(self._ciphers)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (KeyRing, (self._pairs,))
+        return (_ring, (self._pairs, self.require_sealed))
 
     def __repr__(self) -> str:  # never the keys
-        return f"KeyRing(key_ids={self.key_ids!r})"
+        strict = ", require_sealed=True" if self.require_sealed else ""
+        return f"KeyRing(key_ids={self.key_ids!r}{strict})"
+
+    def _plain(self, thread_id: Any, column: str) -> None:
+        """A value that is not sealed, read: refused in strict mode."""
+        if self.require_sealed:
+            raise DecryptionError(
+                thread_id, column, None, "not encrypted, and the key ring requires sealed values"
+            )
 
     def seal(self, text: str, thread_id: Any, column: str) -> str:
         """``text`` encrypted under the current key, bound to ``thread_id`` and ``column``."""
@@ -234,13 +291,16 @@ class KeyRing:
         return self._head + _b64encode(nonce + sealed)
 
     def open(self, text: str, thread_id: Any, column: str) -> str:
-        """The plaintext of a stored text: an envelope opened, plaintext as it is.
+        """The plaintext of a stored text: an envelope opened, plaintext as it is
+        (unless :attr:`require_sealed`).
 
         Raises:
             DecryptionError: The envelope is damaged, names a key not in the ring, or
-                does not authenticate (tampered, another key, another thread or column).
+                does not authenticate (tampered, another key, another thread or column);
+                or the text is not sealed and the ring requires sealed values.
         """
         if text[:1] != _MARK:
+            self._plain(thread_id, column)
             return text
         key_id = sealed_key_id(text)
         if key_id is None:
@@ -268,19 +328,27 @@ class KeyRing:
     def seal_typed(self, kind: str, data: bytes, thread_id: Any, column: str) -> tuple[str, bytes]:
         """A LangGraph ``(type, bytes)`` sealed: the type marked ``!`` (see
         :func:`check_type`), the bytes ``tx1``, the key id's length and the key id, the
-        nonce, the ciphertext and tag. The plain type is part of the associated data."""
+        nonce, the ciphertext and tag. The plain type is part of the associated data.
+
+        Raises:
+            SerializationError: The type begins with ``!`` or is over 63 characters
+                (the mark makes it one longer, and the column holds 64).
+        """
+        check_type(kind, sealed=True)
         head = _BYTES_HEAD + bytes([len(self.current)]) + self.current.encode()
         nonce = os.urandom(_NONCE)
         sealed = self._sealer.encrypt(nonce, data, _typed_aad(head, kind, column, thread_id))
         return _MARK + kind, head + nonce + sealed
 
     def open_typed(self, kind: str, data: bytes, thread_id: Any, column: str) -> tuple[str, bytes]:
-        """A stored ``(type, bytes)`` opened (plaintext as it is).
+        """A stored ``(type, bytes)`` opened (plaintext as it is, unless
+        :attr:`require_sealed`).
 
         Raises:
             DecryptionError: As :meth:`open`.
         """
         if kind[:1] != _MARK:
+            self._plain(thread_id, column)
             return kind, data
         plain_kind = kind[1:]
         key_id = _bytes_key_id(data)
@@ -309,6 +377,14 @@ class KeyRing:
         return text.startswith(self._head)
 
 
+_FLAGS = {"": False, "0": False, "false": False, "no": False, "1": True, "true": True, "yes": True}
+
+
+def _ring(pairs: list[tuple[str, bytes]], require_sealed: bool) -> KeyRing:
+    """A key ring unpickled (in another process)."""
+    return KeyRing(pairs, require_sealed=require_sealed)
+
+
 def _bytes_key_id(data: bytes) -> str | None:
     if not data.startswith(_BYTES_HEAD) or len(data) <= len(_BYTES_HEAD):
         return None
@@ -321,17 +397,25 @@ def _bytes_key_id(data: bytes) -> str | None:
     return key_id if len(raw) == size and _KEY_ID.fullmatch(key_id) else None
 
 
-def check_type(kind: str) -> str:
+def check_type(kind: str, *, sealed: bool = False) -> str:
     """A serializer's type as it may be stored: never one that begins with ``!``,
     which marks a sealed LangGraph value (so the mark tells sealed from plain exactly,
-    whatever the bytes: LangGraph's raw ``bytes`` values can begin with anything).
+    whatever the bytes: LangGraph's raw ``bytes`` values can begin with anything), and
+    at most 64 characters, 63 when it is to be ``sealed`` (the mark takes one).
 
     Raises:
-        SerializationError: The type begins with ``!``.
+        SerializationError: The type begins with ``!``, or is too long.
     """
     if kind[:1] == _MARK:
         raise SerializationError(
             f"a serializer type may not begin with {_MARK!r} (it marks encrypted values): {kind!r}"
+        )
+    top = MAX_TYPE - 1 if sealed else MAX_TYPE
+    if len(kind) > top:
+        why = " when encrypted (the mark of a sealed value takes one)" if sealed else ""
+        raise SerializationError(
+            f"a serializer type may be at most {top} characters{why}, not {len(kind)}: "
+            f"{kind[:20]!r}..."
         )
     return kind
 

@@ -215,6 +215,11 @@ class ThreadExports:
         on_conflict = check_choice("on_conflict", on_conflict, ON_CONFLICT)
         settings = store.settings
         rows = [import_rows(e, settings.id_type, settings.user_id_type) for e in exports]
+        if store.keys is not None:  # sealed, a type takes one more character: check now
+            for row in rows:
+                for key in ("lg_checkpoints", "lg_writes", "lg_blobs"):
+                    for value in row[key]:
+                        check_type(value["type"], sealed=True)
         thread_ids = [r["thread"]["thread_id"] for r in rows]
         if len(set(thread_ids)) != len(thread_ids):
             twice = sorted({t for t in thread_ids if thread_ids.count(t) > 1}, key=repr)

@@ -1115,9 +1115,10 @@ class LangGraphTables:
         return self._store.ids(config).thread_id
 
     def _seal(self, kind: str, data: bytes, thread_id: Any, column: str) -> tuple[str, bytes]:
-        """A ``(type, bytes)`` as it is stored: sealed when a key ring is configured."""
-        check_type(kind)
+        """A ``(type, bytes)`` as it is stored: sealed when a key ring is configured
+        (then the type may be 63 characters: the mark of a sealed value takes one)."""
         keys = self._store.keys
+        check_type(kind, sealed=keys is not None)
         return (kind, data) if keys is None else keys.seal_typed(kind, data, thread_id, column)
 
     def _sealed(

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, not_, or_, select, tuple_, update
+from sqlalchemy import String, and_, bindparam, func, not_, or_, select, tuple_, update
 from sqlalchemy.sql import ColumnElement
 
 from .crypto import (
@@ -105,8 +105,14 @@ Progress = Callable[[str, int], None]
 def _stale(keys: KeyRing, table: Any, texts: Any, typed: Any) -> ColumnElement[bool]:
     """Rows holding a value not sealed under the current key (SQL, on both databases)."""
     head = f"!tx1:{keys.current}:"
+    # substr and =, not LIKE: SQLite's LIKE ignores case (a value under key "KEY" would
+    # pass for one under "key" and never be rotated); = is exact on every database
+    # (binary collations on MySQL, PostgreSQL's deterministic ones, SQLite's BINARY).
     clauses: list[ColumnElement[bool]] = [
-        and_(table.c[name].is_not(None), not_(table.c[name].startswith(head, autoescape=True)))
+        and_(
+            table.c[name].is_not(None),
+            func.substr(table.c[name], 1, len(head)) != bindparam(None, head, type_=String()),
+        )
         for name, _ in texts
     ]
     if typed is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import uuid
 from pathlib import Path
@@ -19,6 +20,7 @@ import tenxstore
 from tenxstore import ConfigError, DecryptionError, KeyRing, SerializationError
 from tenxstore.crypto import is_sealed
 from tenxstore.langgraph import TenxCheckpointSaver
+from tenxstore.rotation import arotate_keys
 from tenxstore.serde import encode
 from tests.conftest import TEST_KEYS, Backend, backend_for, cfg
 
@@ -424,3 +426,163 @@ async def test_a_downgrade_below_0006_refuses_sealed_deltas(tmp_path: Path) -> N
         fresh = await backend.make()
         state = await chat(TenxCheckpointSaver(fresh).for_user("alice")).aget_state(run)
         assert len(state.values["messages"]) == 12
+
+
+async def test_the_cache_serves_an_encrypted_store_only_what_it_sealed(tmp_path: Path) -> None:
+    """With a key ring, a cache entry that is not sealed (cached before encryption was
+    turned on, or written into Redis) is a miss, dropped; and a sealed entry opens only
+    at the version, life and key it was sealed for: an older sealed state replayed under
+    the current version, or an entry of the previous format, is a miss too."""
+    async with backend_for("sqlite+redis", tmp_path) as backend:
+        plain = await backend.make()
+        await plain.aput_checkpoint(cfg(), {"note": MARKER})
+        assert await plain.aget_state_cache(cfg()) == {"note": MARKER}
+        assert holds(await raw_redis(backend))
+        cp = await backend.make(keys=TEST_KEYS)
+        await cp.aput_checkpoint(cfg("t2"), {"note": "t2 v1"})
+        client = Redis.from_url(backend.redis_url)
+        try:
+            keys = [k async for k in client.scan_iter(match=f"{backend.key_prefix}:*")]
+            [t1] = [k for k in keys if k.endswith(b":t1:alice")]
+            [t2] = [k for k in keys if k.endswith(b":t2:alice")]
+            # a plaintext entry is dropped and refilled sealed from the database
+            assert await cp.aget_state_cache(cfg()) == {"note": MARKER}
+            assert not holds(await raw_redis(backend)) and b"!tx1:" in await client.get(t1)
+            entry = json.loads(await client.get(t1))
+            entry.pop("__checkpoint_sealed__")  # plaintext at the entry's own version
+            await client.set(t1, json.dumps({**entry, "note": "forged"}))
+            assert await cp.aget_state_cache(cfg()) == {"note": MARKER}
+            # replay: v1's sealed state under v2's clear version
+            v1 = json.loads(await client.get(t2))
+            await cp.aput_checkpoint(cfg("t2"), {"note": "t2 v2"})
+            assert await cp.aget_state_cache(cfg("t2")) == {"note": "t2 v2"}
+            v2 = json.loads(await client.get(t2))
+            await client.set(t2, json.dumps({**v1, "__checkpoint_version__": v2[VERSION]}))
+            assert await cp.aget_state_cache(cfg("t2")) == {"note": "t2 v2"}
+            # an entry sealed by the previous format (bound to the thread only)
+            old = TEST_KEYS.seal(encode({"note": "old format"}), "t2", "cache")
+            await client.set(t2, json.dumps({**v2, "__checkpoint_sealed__": old}))
+            assert await cp.aget_state_cache(cfg("t2")) == {"note": "t2 v2"}
+            refilled = json.loads(await client.get(t2))
+            assert refilled[VERSION] == 2 and refilled["__checkpoint_sealed__"] != old
+        finally:
+            await client.aclose()
+
+
+VERSION = "__checkpoint_version__"
+
+
+async def test_a_strict_key_ring_refuses_plaintext_in_place_of_a_sealed_value(
+    tmp_path: Path,
+) -> None:
+    """Without require_sealed, plaintext substituted for a sealed value reads (it is
+    what rows written before encryption look like); with it, every read of a value
+    that is not sealed raises, and a cache entry that is not sealed is a miss."""
+    strict = KeyRing([("test-k1", bytes(range(32)))], require_sealed=True)
+    async with backend_for("sqlite", tmp_path) as backend:
+        await write_everything(await backend.make(keys=TEST_KEYS))
+        cp = await backend.make(keys=strict)
+        assert await cp.aget_state(cfg()) == {"note": MARKER}  # all sealed: reads
+        await tamper(cp, """UPDATE states SET state_data = '{"note":"INJECTED"}'""")
+        await tamper(cp, """UPDATE threads SET metadata = '{"topic":"INJECTED"}'""")
+        await tamper(cp, "UPDATE lg_blobs SET type = substr(type, 2) WHERE type LIKE '!%'")
+        lenient = await backend.make(keys=TEST_KEYS)
+        assert await lenient.aget_state(cfg()) == {"note": "INJECTED"}
+        with pytest.raises(DecryptionError, match="requires sealed") as caught:
+            await cp.aget_state(cfg())
+        assert caught.value.column == "states.state_data" and caught.value.thread_id == "t1"
+        with pytest.raises(DecryptionError, match="requires sealed"):
+            await cp.aget_thread(cfg())
+        with pytest.raises(DecryptionError, match="requires sealed"):
+            await cp.aexport_thread(cfg())
+        saver = TenxCheckpointSaver(cp).for_user("alice")
+        with pytest.raises(DecryptionError, match="lg_blobs"):
+            await chat(saver).aget_state({"configurable": {"thread_id": "t1"}})
+        with pytest.raises(DecryptionError, match="requires sealed"):
+            await arotate_keys(cp)  # it does not seal plaintext it cannot trust
+    assert strict.open_typed("!x", strict.seal_typed("x", b"v", 1, "c")[1], 1, "c") == ("x", b"v")
+    with pytest.raises(DecryptionError, match="requires sealed"):
+        strict.open_typed("bytes", b"v", 1, "c")
+    assert pickle.loads(pickle.dumps(strict)).require_sealed
+    key = KeyRing.generate_key()
+    on = KeyRing.from_env({"TENXSTORE_KEYS": f"k:{key}", "TENXSTORE_REQUIRE_SEALED": "1"})
+    off = KeyRing.from_env({"TENXSTORE_KEYS": f"k:{key}", "TENXSTORE_REQUIRE_SEALED": "0"})
+    assert on is not None and on.require_sealed and off is not None and not off.require_sealed
+    for bad in (
+        {"TENXSTORE_KEYS": f"k:{key}", "TENXSTORE_REQUIRE_SEALED": "maybe"},
+        {"TENXSTORE_REQUIRE_SEALED": "1"},
+    ):
+        with pytest.raises(ConfigError, match="TENXSTORE_REQUIRE_SEALED"):
+            KeyRing.from_env(bad)
+    with pytest.raises(ConfigError, match="require_sealed"):
+        KeyRing([("k", key)], require_sealed="yes")  # type: ignore[arg-type]
+
+
+async def test_a_strict_cache_drops_an_unsealed_entry(tmp_path: Path) -> None:
+    strict = KeyRing([("test-k1", bytes(range(32)))], require_sealed=True)
+    async with backend_for("sqlite+redis", tmp_path) as backend:
+        await (await backend.make(keys=TEST_KEYS)).aput_checkpoint(cfg(), {"note": MARKER})
+        cp = await backend.make(keys=strict)
+        client = Redis.from_url(backend.redis_url)
+        try:
+            keys = [k async for k in client.scan_iter(match=f"{backend.key_prefix}:*")]
+            [key] = [k for k in keys if k.endswith(b":t1:alice")]
+            entry = json.loads(await client.get(key))
+            entry.pop("__checkpoint_sealed__")
+            await client.set(key, json.dumps({**entry, "note": "INJECTED"}))
+            assert await cp.aget_state_cache(cfg()) == {"note": MARKER}
+        finally:
+            await client.aclose()
+
+
+class _LongType:
+    """A serializer whose type is 64 characters (the most a plain store holds)."""
+
+    def __init__(self) -> None:
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+        self.inner = JsonPlusSerializer()
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        return "t" * 64, self.inner.dumps_typed(obj)[1]
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        return self.inner.loads_typed(("msgpack", data[1]))
+
+    def dumps(self, obj: Any) -> bytes:
+        return self.inner.dumps(obj)
+
+    def loads(self, data: bytes) -> Any:
+        return self.inner.loads(data)
+
+
+async def test_a_sealed_type_may_be_63_characters(tmp_path: Path) -> None:
+    """Sealing marks a LangGraph value's type with '!': a 64-character type fits the
+    column plain and is refused sealed (SerializationError, nothing written), on a put
+    and on an import, before the database sees it."""
+    from tenxstore.crypto import check_type
+
+    assert check_type("t" * 64) and check_type("t" * 63, sealed=True)
+    for kind, sealed in (("t" * 65, False), ("t" * 64, True)):
+        with pytest.raises(SerializationError, match="at most"):
+            check_type(kind, sealed=sealed)
+    with pytest.raises(SerializationError):
+        TEST_KEYS.seal_typed("t" * 64, b"v", 1, "c")
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+    run = {"configurable": {"thread_id": "t1"}}
+    async with backend_for("sqlite", tmp_path / "a") as plain_store:
+        plain = await plain_store.make()
+        graph = chat(TenxCheckpointSaver(plain, serde=_LongType()).for_user("alice"))
+        await graph.ainvoke({"messages": [HumanMessage("hi", id="h0")]}, run)
+        export = await plain.aexport_thread(cfg("t1"))
+        assert export is not None and export.langgraph_checkpoints
+    async with backend_for("sqlite+encrypted", tmp_path / "b") as sealed_store:
+        cp = await sealed_store.make()
+        graph = chat(TenxCheckpointSaver(cp, serde=_LongType()).for_user("alice"))
+        with pytest.raises(SerializationError, match="63"):
+            await graph.ainvoke({"messages": [HumanMessage("hi", id="h0")]}, run)
+        with pytest.raises(SerializationError, match="63"):
+            await cp.aimport_thread(export)
+        assert await cp.aget_thread(cfg("t1")) is None
+        assert (await raw_cells(sealed_store, cp))["lg_checkpoints"] == []

@@ -142,3 +142,21 @@ def test_the_rotate_keys_command_seals_a_plaintext_store(
             await repo.aclose()
 
     asyncio.run(check())
+
+
+async def test_rotation_tells_key_ids_apart_by_case(tmp_path: Path) -> None:
+    """A value sealed under key "KEY" is not under the current key "key": SQLite's LIKE
+    ignores case, so the stale-row search compares the head exactly. A ring of ids
+    equal but for case is refused outright (a database may compare without case)."""
+    upper = KeyRing([("KEY", bytes(range(32)))])
+    lower = KeyRing([("key", bytes(range(100, 132)))])
+    with pytest.raises(ConfigError, match="only in case"):
+        KeyRing([("key", bytes(range(100, 132))), ("KEY", bytes(range(32)))])
+    async with backend_for("sqlite", tmp_path) as backend:
+        await (await backend.make(keys=upper)).aput_checkpoint(
+            cfg(), {"note": MARKER}, [{"id": "m1", "content": MARKER}]
+        )
+        cp = await backend.make(keys=lower)
+        assert await astale_rows(cp) == 2  # the state and the message
+        with pytest.raises(DecryptionError, match="'KEY'"):
+            await arotate_keys(cp)  # it reads them, and cannot open them: not "done"
