@@ -349,10 +349,12 @@ def resumable(impl: Any) -> None:
 
     MySQL commits each DDL statement as it runs: a migration that failed halfway (a
     lost connection, a killed process) leaves its first tables and columns behind,
-    and its revision unstamped. Run again, it would fail on what exists. With this,
-    creating a table, column or index that exists and dropping an index that does
-    not are skipped, so the next run finishes the revision. (Only the DDL steps that
-    tenxstore's migrations take; each revision's data steps are idempotent.)
+    and its revision unstamped. Run again, it would fail on what exists (or on what
+    it already dropped). With this, creating a table, column or index that exists and
+    dropping a table, column or index that does not are skipped, so the next run
+    finishes the revision, upgrade or downgrade. (Only the DDL steps that tenxstore's
+    migrations take; each revision's data steps are idempotent, and its raw SQL DDL
+    checks what exists itself.)
     """
     from sqlalchemy import inspect
 
@@ -368,12 +370,26 @@ def resumable(impl: Any) -> None:
             table.primary_key.name = None
             super().create_table(table, **kw)
 
+        def drop_table(self, table: Any, **kw: Any) -> None:
+            if not inspect(self.connection).has_table(table.name):
+                log.info("table %s is gone (an earlier run dropped it)", table.name)
+                return
+            super().drop_table(table, **kw)
+
+        def _column_names(self, table: str) -> set[str]:
+            return {str(c["name"]) for c in inspect(self.connection).get_columns(table)}
+
         def add_column(self, table_name: str, column: Any, **kw: Any) -> None:
-            found = {c["name"] for c in inspect(self.connection).get_columns(table_name)}
-            if column.name in found:
+            if column.name in self._column_names(table_name):
                 log.info("column %s.%s exists: kept", table_name, column.name)
                 return
             super().add_column(table_name, column, **kw)
+
+        def drop_column(self, table_name: str, column: Any, **kw: Any) -> None:
+            if column.name not in self._column_names(table_name):
+                log.info("column %s.%s is gone: an earlier run dropped it", table_name, column.name)
+                return
+            super().drop_column(table_name, column, **kw)
 
         def _index_names(self, table: str) -> set[str]:
             return {str(i["name"]) for i in inspect(self.connection).get_indexes(table)}

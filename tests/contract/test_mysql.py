@@ -213,6 +213,61 @@ async def test_a_migration_that_failed_halfway_is_finished_by_the_next_run(
         await repo.aclose()
 
 
+async def test_0008_that_died_after_its_ddl_is_finished_by_the_next_run(
+    mysql_db: tuple[str, str],
+) -> None:
+    """0008 created lg_heads and dropped lg_checkpoints.is_head, then died before its
+    stamp: the next setup() keeps the table, skips the column already dropped, stamps."""
+    from tenxstore import migrate
+
+    url, database = mysql_db
+    repo = CheckpointRepository(url)
+    try:
+        await repo.asetup()
+        await repo.aput_state(cfg("t", "u"), {"n": 1})
+    finally:
+        await repo.aclose()
+    await mysql_admin(
+        services.mysql_url(),
+        f"UPDATE `{database}`.alembic_version SET version_num = '0007_checkpoint_versions_once'",
+    )
+    repo = CheckpointRepository(url)
+    try:
+        await repo.asetup()
+        assert await migrate.current_revision(repo.engine) == migrate.head_revision()
+        assert await repo.aget_state(cfg("t", "u")) == {"n": 1}
+    finally:
+        await repo.aclose()
+
+
+async def test_a_downgrade_that_failed_halfway_is_finished_by_the_next_run(
+    mysql_db: tuple[str, str],
+) -> None:
+    """0008's downgrade added is_head back and dropped lg_heads, then died before its
+    stamp: the next downgrade skips both and stamps 0007."""
+    from tenxstore import migrate
+
+    url, database = mysql_db
+    repo = CheckpointRepository(url)
+    try:
+        await repo.asetup()
+    finally:
+        await repo.aclose()
+    await mysql_admin(
+        services.mysql_url(),
+        f"ALTER TABLE `{database}`.lg_checkpoints ADD COLUMN is_head BOOL NOT NULL DEFAULT false",
+        f"DROP TABLE `{database}`.lg_heads",
+    )
+    repo = CheckpointRepository(url)
+    try:
+        await migrate.downgrade(repo.backend, revision="0007_checkpoint_versions_once")
+        assert await migrate.current_revision(repo.engine) == "0007_checkpoint_versions_once"
+        await repo.asetup()  # and up again
+        assert await migrate.current_revision(repo.engine) == migrate.head_revision()
+    finally:
+        await repo.aclose()
+
+
 async def test_a_deadlock_is_a_lock_timeout_and_the_other_write_commits(
     mysql_db: tuple[str, str],
 ) -> None:
