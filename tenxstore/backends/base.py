@@ -35,7 +35,14 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.util import greenlet_spawn
 
 from .. import telemetry
-from ..errors import ConfigError, ConnectionLost, DatabaseUnavailable, LockTimeout, TenxStoreError
+from ..errors import (
+    ConfigError,
+    ConnectionLost,
+    DatabaseUnavailable,
+    LockTimeout,
+    StatementCancelled,
+    TenxStoreError,
+)
 from ..loops import PerLoop, shut_down
 from ..models import Tables
 from .driver import DriverStatement
@@ -766,7 +773,28 @@ class Backend(ABC):
             )
         if self.is_lock_timeout(exc):
             return self.lock_timed_out()
+        if self.is_cancelled(exc):
+            return self.cancelled(committing)
         return exc
+
+    def is_cancelled(self, exc: DBAPIError) -> bool:
+        """Whether the server cancelled the statement (an operator's cancel or kill of
+        the query, a statement timeout) and kept the connection."""
+        return False
+
+    def cancelled(self, committing: bool) -> StatementCancelled:
+        """The error of a statement the server cancelled (logged as a WARNING)."""
+        log.warning("the database %s cancelled a statement", self.describe())
+        if committing:
+            return StatementCancelled(
+                "the database cancelled COMMIT; the write may have been applied: re-read "
+                "the thread before writing again",
+                committed=None,
+            )
+        return StatementCancelled(
+            "the database cancelled the statement (a kill of the query, a statement "
+            "timeout); nothing was written: retrying is safe"
+        )
 
     def lost(self, error: ConnectionLost) -> ConnectionLost:
         """``error``, logged (a WARNING: a connection the database or the network

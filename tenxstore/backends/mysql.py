@@ -19,7 +19,10 @@
   reads the row back under that lock);
 * the database in the URL is the schema: ``schema=`` is refused;
 * a lost connection (errors 2006, 2013, ...) is
-  :class:`~tenxstore.errors.ConnectionLost` as on the other databases.
+  :class:`~tenxstore.errors.ConnectionLost` as on the other databases;
+* a statement the server interrupted (``KILL QUERY``: 1317, ``max_statement_time``:
+  1969, MySQL's ``max_execution_time``: 3024) is
+  :class:`~tenxstore.errors.StatementCancelled`.
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ __all__ = ["MysqlBackend", "lock_wait_seconds", "mysql_code"]
 
 ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
+#: A statement the server interrupted with the connection kept: KILL QUERY (1317),
+#: MariaDB's max_statement_time (1969), MySQL 8's max_execution_time (3024).
+_CANCELLED = (1317, 1969, 3024)
 _GONE = (2006, 4031)  # CR_SERVER_GONE_ERROR; ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8)
 #: innodb_lock_wait_timeout's largest value (MySQL 8 and MariaDB): "no bound".
 MAX_LOCK_WAIT_S = 1073741824
@@ -166,6 +172,9 @@ class MysqlBackend(Backend):
 
     def is_lock_timeout(self, exc: DBAPIError) -> bool:
         return mysql_code(exc.orig) in (ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK)
+
+    def is_cancelled(self, exc: DBAPIError) -> bool:
+        return mysql_code(exc.orig) in _CANCELLED
 
     def translate(self, exc: DBAPIError, committing: bool) -> Exception:
         if not exc.connection_invalidated and mysql_code(exc.orig) == ER_LOCK_DEADLOCK:

@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 from sqlalchemy import make_url
 
-from tenxstore import CheckpointRepository, ConfigError, ConnectionLost, LockTimeout
+from tenxstore import (
+    CheckpointRepository,
+    ConfigError,
+    ConnectionLost,
+    LockTimeout,
+    StatementCancelled,
+)
 from tenxstore.backends import async_url
 from tenxstore.backends.mysql import MysqlBackend, lock_wait_seconds
 from tests import services
@@ -119,6 +125,38 @@ async def test_a_writer_killed_while_waiting_on_the_lock(mysql_db: tuple[str, st
         await admin.rollback()
         assert await repo.aget_state(config) == {"n": 1}
         assert await repo.aput_state(config, {"n": 2}) == 2  # a fresh connection
+    finally:
+        admin.close()
+        killer.close()
+        await repo.aclose()
+
+
+async def test_a_writer_whose_query_is_killed_gets_statement_cancelled(
+    mysql_db: tuple[str, str],
+) -> None:
+    """KILL QUERY (a DBA, a proxy's statement timeout) of a write waiting on the
+    thread's lock: StatementCancelled, nothing written, and the next write works."""
+    url, database = mysql_db
+    repo = CheckpointRepository(url)
+    admin = await admin_connection(database)
+    killer = await admin_connection(database)
+    try:
+        await repo.asetup()
+        config = cfg("t", "u")
+        await repo.aput_state(config, {"n": 1})
+        async with admin.cursor() as cursor:
+            await cursor.execute("BEGIN")
+            await cursor.execute("SELECT 1 FROM threads WHERE thread_id = 't' FOR UPDATE")
+        write = asyncio.ensure_future(repo.aput_state(config, {"n": "killed"}))
+        victim = await waiting_on_a_lock(killer, database)
+        async with killer.cursor() as cursor:
+            await cursor.execute(f"KILL QUERY {victim}")
+        with pytest.raises(StatementCancelled, match="nothing was written") as err:
+            await asyncio.wait_for(write, 10)
+        assert err.value.committed is False
+        await admin.rollback()
+        assert await repo.aget_state(config) == {"n": 1}
+        assert await repo.aput_state(config, {"n": 2}) == 2
     finally:
         admin.close()
         killer.close()
