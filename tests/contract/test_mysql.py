@@ -163,6 +163,37 @@ async def test_a_writer_whose_query_is_killed_gets_statement_cancelled(
         await repo.aclose()
 
 
+async def test_a_value_over_max_allowed_packet_is_refused_before_it_is_sent(
+    mysql_db: tuple[str, str],
+) -> None:
+    """A state whose statement would exceed max_allowed_packet: SerializationError
+    naming it (not a lost connection), nothing written; sealed, a state of 4/5 of the
+    limit is over it too (base64: 4/3)."""
+    from tenxstore import KeyRing, SerializationError
+
+    url, database = mysql_db
+    admin = await admin_connection(database)
+    try:
+        async with admin.cursor() as cursor:
+            await cursor.execute("SELECT @@max_allowed_packet")
+            limit = int((await cursor.fetchone())[0])
+    finally:
+        admin.close()
+    sealed = KeyRing([("k1", bytes(32))])
+    for thread, keys, size in (("plain", None, limit), ("sealed", sealed, limit * 4 // 5)):
+        repo = CheckpointRepository(url, keys=keys)
+        try:
+            await repo.asetup()
+            config = cfg(thread, "u")
+            await repo.aput_state(config, {"n": 1})
+            with pytest.raises(SerializationError, match="max_allowed_packet"):
+                await repo.aput_state(config, {"big": "x" * size})
+            assert await repo.aget_state(config) == {"n": 1}
+            assert (await repo.aput_state(config, {"n": 2})) == 2
+        finally:
+            await repo.aclose()
+
+
 async def test_killed_idle_connections_cost_nothing(mysql_db: tuple[str, str]) -> None:
     """Pooled connections the server ended (a restart, wait_timeout): the next read and
     write each start again on a fresh connection, nothing lost and no error."""
