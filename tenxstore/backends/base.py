@@ -408,6 +408,10 @@ class Backend(ABC):
     name: ClassVar[str]
     dialect: ClassVar[DialectName]
     supports_schema: ClassVar[bool] = False
+    key_length: ClassVar[int] = 255
+    """The most characters a LangGraph key string holds here — a ``checkpoint_ns``, a
+    channel name, a task id (the ``lg_*`` key columns): 255, 191 on MySQL (InnoDB's
+    3072-byte index keys in utf8mb4). A longer one must be refused before any I/O."""
     pool_per_loop: ClassVar[bool] = True
     """Whether connections belong to an event loop (not so: one in-memory SQLite
     connection that every loop shares, and that only aclose() closes)."""

@@ -104,6 +104,7 @@ class MysqlBackend(Backend):
 
     name = "mysql"
     dialect = "mysql"
+    key_length = 191  # the lg_* key columns (key_string(255, 191) in the migrations)
 
     @classmethod
     def connect_args(cls, lock_timeout: float | None) -> dict[str, Any]:

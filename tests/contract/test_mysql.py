@@ -20,6 +20,7 @@ from tenxstore import (
     StatementCancelled,
 )
 from tenxstore.backends import async_url
+from tenxstore.backends.base import Backend
 from tenxstore.backends.mysql import MysqlBackend, lock_wait_seconds
 from tests import services
 from tests.conftest import cfg, mysql_admin, mysql_admin_args, new_mysql_database
@@ -76,6 +77,34 @@ async def test_ids_differ_by_case_and_trailing_space(mysql_db: tuple[str, str]) 
             await repo.aput_state(cfg(thread, "u"), {"n": n})
         for n, thread in enumerate(("a", "A", "a ", "á")):
             assert await repo.aget_state(cfg(thread, "u")) == {"n": n}
+    finally:
+        await repo.aclose()
+
+
+async def test_key_length_is_the_langgraph_key_columns_length(
+    mysql_db: tuple[str, str],
+) -> None:
+    """``backend.key_length`` (what LangGraph keys are checked against) is what the
+    key columns hold on MySQL; the other databases hold 255."""
+    url, database = mysql_db
+    repo = CheckpointRepository(url)
+    try:
+        await repo.asetup()
+        assert repo.backend.key_length == 191
+        assert Backend.key_length == 255  # PostgreSQL's and SQLite's
+        admin = await admin_connection(database)
+        try:
+            async with admin.cursor() as cursor:
+                await cursor.execute(
+                    "SELECT CHARACTER_MAXIMUM_LENGTH FROM information_schema.COLUMNS "
+                    "WHERE TABLE_SCHEMA = %s AND (COLUMN_NAME IN ('checkpoint_ns', "
+                    "'task_id') OR (TABLE_NAME = 'lg_blobs' AND COLUMN_NAME = 'channel'))",
+                    (database,),
+                )
+                lengths = [int(row[0]) for row in await cursor.fetchall()]
+        finally:
+            admin.close()
+        assert len(lengths) == 6 and set(lengths) == {repo.backend.key_length}
     finally:
         await repo.aclose()
 
