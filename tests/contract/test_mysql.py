@@ -5,6 +5,7 @@ it takes or refuses. (The contract suite itself runs on it as the ``mariadb`` ba
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -105,6 +106,21 @@ async def test_key_length_is_the_langgraph_key_columns_length(
         finally:
             admin.close()
         assert len(lengths) == 6 and set(lengths) == {repo.backend.key_length}
+    finally:
+        await repo.aclose()
+
+
+async def test_setup_logs_no_server_warning(
+    mysql_db: tuple[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fresh database's setup() draws no warning from the server (the driver logs
+    each one): no named primary key, Alembic's version table included."""
+    repo = CheckpointRepository(mysql_db[0])
+    try:
+        with caplog.at_level(logging.WARNING, logger="asyncmy"):
+            await repo.asetup()
+        assert [r.getMessage() for r in caplog.records if r.name.startswith("asyncmy")] == []
+        assert await repo.aput_state(cfg("t", "u"), {"n": 1}) == 1
     finally:
         await repo.aclose()
 
