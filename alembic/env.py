@@ -12,7 +12,7 @@ import asyncio
 import os
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
 from alembic import context
@@ -44,10 +44,21 @@ config.attributes["user_id_type"] = check_id_type(
 
 def _lock_and_place(connection: Connection) -> None:
     """Serialize concurrent migrations and point DDL at the schema (PostgreSQL)."""
-    if connection.dialect.name != "postgresql":
-        # SQLite: the caller's BEGIN IMMEDIATE already serializes writers; MySQL: the
-        # caller holds GET_LOCK (MysqlBackend.migration_connection).
+    if is_mysql(connection):
+        # The caller holds GET_LOCK (MysqlBackend.migration_connection). Alembic's own
+        # version table names its primary key, which MySQL ignores with a warning the
+        # driver logs: make the same table without the name (Alembic keeps a table
+        # that exists).
+        if not inspect(connection).has_table("alembic_version"):
+            connection.execute(
+                text(
+                    "CREATE TABLE IF NOT EXISTS alembic_version (version_num VARCHAR(32) NOT NULL, "
+                    "PRIMARY KEY (version_num))"
+                )
+            )
         return
+    if connection.dialect.name != "postgresql":
+        return  # SQLite: the caller's BEGIN IMMEDIATE already serializes writers
     # Transaction-scoped: released at commit, safe behind PgBouncer transaction pooling.
     connection.execute(
         text("SELECT pg_advisory_xact_lock(7305, hashtext(:key))"),

@@ -21,6 +21,7 @@ __all__ = [
     "SchemaNotReady",
     "SerializationError",
     "StaleStateError",
+    "StatementCancelled",
     "TenxStoreError",
     "ThreadOwnershipError",
     "ToolExecutionClaimLost",
@@ -166,6 +167,25 @@ class ConnectionLost(TenxStoreError, ConnectionError):
 
 class LockTimeout(TenxStoreError, TimeoutError):
     """A write waited longer than ``lock_timeout`` for the thread's lock; nothing was written."""
+
+
+class StatementCancelled(TenxStoreError, TimeoutError):
+    """The database cancelled a statement of the call: an operator's ``KILL QUERY`` /
+    ``pg_cancel_backend``, a server-side statement timeout (``statement_timeout``,
+    ``max_statement_time``, ``max_execution_time``).
+
+    The connection is fine and the call's transaction was rolled back. ``committed``
+    says what is known of a write, as for :class:`ConnectionLost`: ``False`` (nothing
+    was written: retrying is safe), ``None`` when COMMIT itself was cancelled (re-read
+    the thread before writing again).
+    """
+
+    def __init__(self, message: str, committed: bool | None = False) -> None:
+        super().__init__(message)
+        self.committed = committed
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.committed))
 
 
 class ImportConflict(TenxStoreError):

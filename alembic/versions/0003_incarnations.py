@@ -107,7 +107,10 @@ def downgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
         op.execute("DROP TRIGGER threads_incarnation")
     if is_mysql(op.get_bind()):
-        op.execute("ALTER TABLE threads DROP COLUMN incarnation")  # drops its index too
+        # (A downgrade that failed after this step dropped it: the next one goes on.)
+        columns = {c["name"] for c in sa.inspect(op.get_bind()).get_columns("threads")}
+        if "incarnation" in columns:
+            op.execute("ALTER TABLE threads DROP COLUMN incarnation")  # drops its index too
         op.drop_table("tenxstore_store")
         return
     op.drop_column("threads", "incarnation")  # PostgreSQL: drops the sequence it owns

@@ -66,6 +66,8 @@ def _refuse_sealed_deltas(bind: sa.engine.Connection) -> None:
     migration has no keys)."""
     from tenxstore.errors import ConfigError
 
+    if "base" not in {c["name"] for c in sa.inspect(bind).get_columns("lg_blobs")}:
+        return  # a MySQL downgrade resumed past its last DDL: nothing joined is left
     b = sa.table("lg_blobs", sa.column("base"), sa.column("type"))
     sealed = bind.execute(
         sa.select(sa.literal(1))
@@ -95,11 +97,18 @@ def downgrade() -> None:
         sa.column("splice"),
         sa.column("skip"),
     )
-    channels = bind.execute(
-        sa.select(b.c.thread_id, b.c.checkpoint_ns, b.c.channel)
-        .where(b.c.base.is_not(None))
-        .distinct()
-    ).all()
+    # A MySQL downgrade that failed after dropping lg_blobs.base (its last DDL) had
+    # rebuilt every blob already: nothing is left to fill.
+    filled = "base" not in {c["name"] for c in sa.inspect(bind).get_columns("lg_blobs")}
+    channels = (
+        []
+        if filled
+        else bind.execute(
+            sa.select(b.c.thread_id, b.c.checkpoint_ns, b.c.channel)
+            .where(b.c.base.is_not(None))
+            .distinct()
+        ).all()
+    )
     key = (b.c.thread_id, b.c.checkpoint_ns, b.c.channel, b.c.version)
     fill = (
         sa.update(b)

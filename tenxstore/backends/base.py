@@ -35,7 +35,14 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.util import greenlet_spawn
 
 from .. import telemetry
-from ..errors import ConfigError, ConnectionLost, DatabaseUnavailable, LockTimeout, TenxStoreError
+from ..errors import (
+    ConfigError,
+    ConnectionLost,
+    DatabaseUnavailable,
+    LockTimeout,
+    StatementCancelled,
+    TenxStoreError,
+)
 from ..loops import PerLoop, shut_down
 from ..models import Tables
 from .driver import DriverStatement
@@ -401,6 +408,10 @@ class Backend(ABC):
     name: ClassVar[str]
     dialect: ClassVar[DialectName]
     supports_schema: ClassVar[bool] = False
+    key_length: ClassVar[int] = 255
+    """The most characters a LangGraph key string holds here — a ``checkpoint_ns``, a
+    channel name, a task id (the ``lg_*`` key columns): 255, 191 on MySQL (InnoDB's
+    3072-byte index keys in utf8mb4). A longer one must be refused before any I/O."""
     pool_per_loop: ClassVar[bool] = True
     """Whether connections belong to an event loop (not so: one in-memory SQLite
     connection that every loop shares, and that only aclose() closes)."""
@@ -766,7 +777,28 @@ class Backend(ABC):
             )
         if self.is_lock_timeout(exc):
             return self.lock_timed_out()
+        if self.is_cancelled(exc):
+            return self.cancelled(committing)
         return exc
+
+    def is_cancelled(self, exc: DBAPIError) -> bool:
+        """Whether the server cancelled the statement (an operator's cancel or kill of
+        the query, a statement timeout) and kept the connection."""
+        return False
+
+    def cancelled(self, committing: bool) -> StatementCancelled:
+        """The error of a statement the server cancelled (logged as a WARNING)."""
+        log.warning("the database %s cancelled a statement", self.describe())
+        if committing:
+            return StatementCancelled(
+                "the database cancelled COMMIT; the write may have been applied: re-read "
+                "the thread before writing again",
+                committed=None,
+            )
+        return StatementCancelled(
+            "the database cancelled the statement (a kill of the query, a statement "
+            "timeout); nothing was written: retrying is safe"
+        )
 
     def lost(self, error: ConnectionLost) -> ConnectionLost:
         """``error``, logged (a WARNING: a connection the database or the network

@@ -19,7 +19,13 @@
   reads the row back under that lock);
 * the database in the URL is the schema: ``schema=`` is refused;
 * a lost connection (errors 2006, 2013, ...) is
-  :class:`~tenxstore.errors.ConnectionLost` as on the other databases.
+  :class:`~tenxstore.errors.ConnectionLost` as on the other databases;
+* a statement the server interrupted (``KILL QUERY``: 1317, ``max_statement_time``:
+  1969, MySQL's ``max_execution_time``: 3024) is
+  :class:`~tenxstore.errors.StatementCancelled`;
+* a statement over ``max_allowed_packet`` is refused before it is sent (its size
+  checked against the server's value, read once per connection), or when the server
+  refuses it (1153), as :class:`~tenxstore.errors.SerializationError`.
 """
 
 from __future__ import annotations
@@ -40,15 +46,19 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.dml import Insert, Update
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..errors import ConfigError, LockTimeout, TenxStoreError
+from ..errors import ConfigError, LockTimeout, SerializationError, TenxStoreError
 from .base import Backend, Footprint, StateWrite, TableSizes
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MysqlBackend", "lock_wait_seconds", "mysql_code"]
+__all__ = ["MysqlBackend", "lock_wait_seconds", "mysql_code", "statement_size"]
 
 ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
+ER_NET_PACKET_TOO_LARGE = 1153
+#: A statement the server interrupted with the connection kept: KILL QUERY (1317),
+#: MariaDB's max_statement_time (1969), MySQL 8's max_execution_time (3024).
+_CANCELLED = (1317, 1969, 3024)
 _GONE = (2006, 4031)  # CR_SERVER_GONE_ERROR; ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8)
 #: innodb_lock_wait_timeout's largest value (MySQL 8 and MariaDB): "no bound".
 MAX_LOCK_WAIT_S = 1073741824
@@ -94,6 +104,7 @@ class MysqlBackend(Backend):
 
     name = "mysql"
     dialect = "mysql"
+    key_length = 191  # the lg_* key columns (key_string(255, 191) in the migrations)
 
     @classmethod
     def connect_args(cls, lock_timeout: float | None) -> dict[str, Any]:
@@ -124,6 +135,8 @@ class MysqlBackend(Backend):
                     f"sql_mode = '{_SQL_MODE}', time_zone = '+00:00'"
                 )
                 cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                cursor.execute("SELECT @@max_allowed_packet")
+                _record.info[_PACKET] = int(cursor.fetchone()[0])
             finally:
                 cursor.close()
             # SQLAlchemy read the server's default (REPEATABLE READ) before this ran, and
@@ -131,6 +144,24 @@ class MysqlBackend(Backend):
             # to it when it returns to the pool: make READ COMMITTED that default, or
             # writers would take gap locks and deadlock creating the same new thread.
             sync.dialect.default_isolation_level = "READ COMMITTED"
+
+        @event.listens_for(sync, "before_cursor_execute")
+        def _fits(
+            conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, many: bool
+        ) -> None:
+            limit = conn.info.get(_PACKET)
+            if limit is None:
+                return
+            rows = parameters if many else [parameters]
+            for row in rows or ():
+                size = statement_size(statement, row, limit)
+                if size > limit:
+                    log.warning("a statement of %d bytes exceeds max_allowed_packet", size)
+                    raise SerializationError(
+                        f"a value is too large for the server: the statement would be "
+                        f"~{size} bytes, over max_allowed_packet ({limit} bytes; a sealed "
+                        "value is ~4/3 its size); nothing was written"
+                    )
 
     def insert(self, table: Table) -> Any:
         return mysql_insert(table)
@@ -167,7 +198,16 @@ class MysqlBackend(Backend):
     def is_lock_timeout(self, exc: DBAPIError) -> bool:
         return mysql_code(exc.orig) in (ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK)
 
+    def is_cancelled(self, exc: DBAPIError) -> bool:
+        return mysql_code(exc.orig) in _CANCELLED
+
     def translate(self, exc: DBAPIError, committing: bool) -> Exception:
+        if mysql_code(exc.orig) == ER_NET_PACKET_TOO_LARGE and not committing:
+            # What the size check before sending missed: the server refused it whole.
+            return SerializationError(
+                "a value is too large for the server: over max_allowed_packet (a sealed "
+                "value is ~4/3 its size); nothing was written"
+            )
         if not exc.connection_invalidated and mysql_code(exc.orig) == ER_LOCK_DEADLOCK:
             return self.deadlocked()
         return super().translate(exc, committing)
@@ -295,6 +335,28 @@ class MysqlBackend(Backend):
 # -- DDL of the migrations (frozen: a revision must not change with later code) --------
 
 
+_PACKET = "tenxstore_max_allowed_packet"
+#: What the driver escapes in a literal (one more byte each).
+_ESCAPED = (b"\\", b"'", b'"', b"\0", b"\n", b"\r", b"\x1a")
+
+
+def statement_size(statement: str, parameters: Any, limit: int) -> int:
+    """About the bytes the driver sends for ``statement`` with one row of
+    ``parameters`` inlined (asyncmy interpolates them client-side), at least: the
+    values encoded and escaped — measured only when they could come near ``limit``
+    (below, an upper bound is returned)."""
+    values = parameters.values() if isinstance(parameters, dict) else (parameters or ())
+    sized = [v for v in values if isinstance(v, (str, bytes, bytearray, memoryview))]
+    most = len(statement) + sum(4 * len(v) + 16 for v in sized)  # 4 bytes a character
+    if 2 * most < limit:  # the usual statement: nothing encoded twice to measure it
+        return most
+    raw = [v.encode("utf-8", "surrogatepass") if isinstance(v, str) else bytes(v) for v in sized]
+    size = len(statement) + sum(len(v) + 16 for v in raw)
+    if 2 * size < limit:  # escapes at most double it: not worth counting them
+        return size
+    return size + sum(v.count(c) for v in raw for c in _ESCAPED)
+
+
 def long_text() -> Any:
     """TEXT everywhere; LONGTEXT on MySQL (its TEXT holds 64 KB; LONGTEXT 4 GB)."""
     from sqlalchemy import Text
@@ -349,10 +411,12 @@ def resumable(impl: Any) -> None:
 
     MySQL commits each DDL statement as it runs: a migration that failed halfway (a
     lost connection, a killed process) leaves its first tables and columns behind,
-    and its revision unstamped. Run again, it would fail on what exists. With this,
-    creating a table, column or index that exists and dropping an index that does
-    not are skipped, so the next run finishes the revision. (Only the DDL steps that
-    tenxstore's migrations take; each revision's data steps are idempotent.)
+    and its revision unstamped. Run again, it would fail on what exists (or on what
+    it already dropped). With this, creating a table, column or index that exists and
+    dropping a table, column or index that does not are skipped, so the next run
+    finishes the revision, upgrade or downgrade. (Only the DDL steps that tenxstore's
+    migrations take; each revision's data steps are idempotent, and its raw SQL DDL
+    checks what exists itself.)
     """
     from sqlalchemy import inspect
 
@@ -368,12 +432,26 @@ def resumable(impl: Any) -> None:
             table.primary_key.name = None
             super().create_table(table, **kw)
 
+        def drop_table(self, table: Any, **kw: Any) -> None:
+            if not inspect(self.connection).has_table(table.name):
+                log.info("table %s is gone (an earlier run dropped it)", table.name)
+                return
+            super().drop_table(table, **kw)
+
+        def _column_names(self, table: str) -> set[str]:
+            return {str(c["name"]) for c in inspect(self.connection).get_columns(table)}
+
         def add_column(self, table_name: str, column: Any, **kw: Any) -> None:
-            found = {c["name"] for c in inspect(self.connection).get_columns(table_name)}
-            if column.name in found:
+            if column.name in self._column_names(table_name):
                 log.info("column %s.%s exists: kept", table_name, column.name)
                 return
             super().add_column(table_name, column, **kw)
+
+        def drop_column(self, table_name: str, column: Any, **kw: Any) -> None:
+            if column.name not in self._column_names(table_name):
+                log.info("column %s.%s is gone: an earlier run dropped it", table_name, column.name)
+                return
+            super().drop_column(table_name, column, **kw)
 
         def _index_names(self, table: str) -> set[str]:
             return {str(i["name"]) for i in inspect(self.connection).get_indexes(table)}

@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 __all__ = ["PgBouncerBackend", "PostgresBackend", "transaction_pooling_args"]
 
 _LOCK_NOT_AVAILABLE = "55P03"
+#: A statement cancelled (``pg_cancel_backend``, ``statement_timeout``).
+_QUERY_CANCELED = "57014"
 #: How often (ms) the server looks whether the client of a running statement is
 #: still there (``client_connection_check_interval``, PostgreSQL 14+).
 CLIENT_CHECK_MS = 1000
@@ -448,6 +450,8 @@ class PostgresBackend(Backend):
             )
         if getattr(exc, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
             return self.lock_timed_out()
+        if getattr(exc, "sqlstate", None) == _QUERY_CANCELED:
+            return self.cancelled(committing=False)  # one statement: nothing applied
         return exc
 
     @classmethod
@@ -492,6 +496,9 @@ class PostgresBackend(Backend):
 
     def is_lock_timeout(self, exc: DBAPIError) -> bool:
         return getattr(exc.orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE
+
+    def is_cancelled(self, exc: DBAPIError) -> bool:
+        return getattr(exc.orig, "sqlstate", None) == _QUERY_CANCELED
 
     async def snapshot_options(self, conn: AsyncConnection) -> None:
         await conn.execution_options(isolation_level="REPEATABLE READ")

@@ -16,7 +16,13 @@ import asyncpg
 import pytest
 from sqlalchemy import make_url
 
-from tenxstore import CheckpointRepository, ConnectionLost, DatabaseUnavailable, LockTimeout
+from tenxstore import (
+    CheckpointRepository,
+    ConnectionLost,
+    DatabaseUnavailable,
+    LockTimeout,
+    StatementCancelled,
+)
 from tests.conftest import cfg
 from tests.servers import TcpProxy, free_port
 
@@ -131,6 +137,30 @@ async def test_a_writer_killed_while_waiting_on_the_lock(
         reader = cfg("t", "u")
         assert await repo.aget_state(reader) == {"n": 1}  # nothing of it is visible
         assert await repo.aput_state(reader, {"n": 2}) == 2
+    finally:
+        await repo.aclose()
+
+
+async def test_a_writer_whose_query_is_cancelled_gets_statement_cancelled(
+    pg_url: str, pg_schema: str, admin: Any
+) -> None:
+    """pg_cancel_backend (an operator, statement_timeout) of a write waiting on the
+    thread's lock: StatementCancelled, nothing written, and the next write works."""
+    repo, name = named_repo(pg_url, pg_schema)
+    try:
+        await repo.asetup()
+        config = cfg("t", "u")
+        await repo.aput_state(config, {"n": 1})
+        holder = await hold_lock(admin, pg_schema)
+        write = asyncio.ensure_future(repo.aput_state(config, {"n": "cancelled"}))
+        for pid in await waiting_writer(admin, name):
+            await admin.execute("SELECT pg_cancel_backend($1)", pid)
+        with pytest.raises(StatementCancelled, match="nothing was written") as err:
+            await asyncio.wait_for(write, 10)
+        assert err.value.committed is False
+        await holder.rollback()
+        assert await repo.aget_state(config) == {"n": 1}
+        assert await repo.aput_state(config, {"n": 2}) == 2
     finally:
         await repo.aclose()
 

@@ -5,6 +5,7 @@ it takes or refuses. (The contract suite itself runs on it as the ``mariadb`` ba
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,8 +13,15 @@ from typing import Any
 import pytest
 from sqlalchemy import make_url
 
-from tenxstore import CheckpointRepository, ConfigError, ConnectionLost, LockTimeout
+from tenxstore import (
+    CheckpointRepository,
+    ConfigError,
+    ConnectionLost,
+    LockTimeout,
+    StatementCancelled,
+)
 from tenxstore.backends import async_url
+from tenxstore.backends.base import Backend
 from tenxstore.backends.mysql import MysqlBackend, lock_wait_seconds
 from tests import services
 from tests.conftest import cfg, mysql_admin, mysql_admin_args, new_mysql_database
@@ -74,6 +82,49 @@ async def test_ids_differ_by_case_and_trailing_space(mysql_db: tuple[str, str]) 
         await repo.aclose()
 
 
+async def test_key_length_is_the_langgraph_key_columns_length(
+    mysql_db: tuple[str, str],
+) -> None:
+    """``backend.key_length`` (what LangGraph keys are checked against) is what the
+    key columns hold on MySQL; the other databases hold 255."""
+    url, database = mysql_db
+    repo = CheckpointRepository(url)
+    try:
+        await repo.asetup()
+        assert repo.backend.key_length == 191
+        assert Backend.key_length == 255  # PostgreSQL's and SQLite's
+        admin = await admin_connection(database)
+        try:
+            async with admin.cursor() as cursor:
+                await cursor.execute(
+                    "SELECT CHARACTER_MAXIMUM_LENGTH FROM information_schema.COLUMNS "
+                    "WHERE TABLE_SCHEMA = %s AND (COLUMN_NAME IN ('checkpoint_ns', "
+                    "'task_id') OR (TABLE_NAME = 'lg_blobs' AND COLUMN_NAME = 'channel'))",
+                    (database,),
+                )
+                lengths = [int(row[0]) for row in await cursor.fetchall()]
+        finally:
+            admin.close()
+        assert len(lengths) == 6 and set(lengths) == {repo.backend.key_length}
+    finally:
+        await repo.aclose()
+
+
+async def test_setup_logs_no_server_warning(
+    mysql_db: tuple[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fresh database's setup() draws no warning from the server (the driver logs
+    each one): no named primary key, Alembic's version table included."""
+    repo = CheckpointRepository(mysql_db[0])
+    try:
+        with caplog.at_level(logging.WARNING, logger="asyncmy"):
+            await repo.asetup()
+        assert [r.getMessage() for r in caplog.records if r.name.startswith("asyncmy")] == []
+        assert await repo.aput_state(cfg("t", "u"), {"n": 1}) == 1
+    finally:
+        await repo.aclose()
+
+
 async def test_lock_waits_are_bounded_in_whole_seconds(mysql_db: tuple[str, str]) -> None:
     url, database = mysql_db
     repo = CheckpointRepository(url, lock_timeout=0.2)  # waits 1 s: InnoDB counts seconds
@@ -123,6 +174,69 @@ async def test_a_writer_killed_while_waiting_on_the_lock(mysql_db: tuple[str, st
         admin.close()
         killer.close()
         await repo.aclose()
+
+
+async def test_a_writer_whose_query_is_killed_gets_statement_cancelled(
+    mysql_db: tuple[str, str],
+) -> None:
+    """KILL QUERY (a DBA, a proxy's statement timeout) of a write waiting on the
+    thread's lock: StatementCancelled, nothing written, and the next write works."""
+    url, database = mysql_db
+    repo = CheckpointRepository(url)
+    admin = await admin_connection(database)
+    killer = await admin_connection(database)
+    try:
+        await repo.asetup()
+        config = cfg("t", "u")
+        await repo.aput_state(config, {"n": 1})
+        async with admin.cursor() as cursor:
+            await cursor.execute("BEGIN")
+            await cursor.execute("SELECT 1 FROM threads WHERE thread_id = 't' FOR UPDATE")
+        write = asyncio.ensure_future(repo.aput_state(config, {"n": "killed"}))
+        victim = await waiting_on_a_lock(killer, database)
+        async with killer.cursor() as cursor:
+            await cursor.execute(f"KILL QUERY {victim}")
+        with pytest.raises(StatementCancelled, match="nothing was written") as err:
+            await asyncio.wait_for(write, 10)
+        assert err.value.committed is False
+        await admin.rollback()
+        assert await repo.aget_state(config) == {"n": 1}
+        assert await repo.aput_state(config, {"n": 2}) == 2
+    finally:
+        admin.close()
+        killer.close()
+        await repo.aclose()
+
+
+async def test_a_value_over_max_allowed_packet_is_refused_before_it_is_sent(
+    mysql_db: tuple[str, str],
+) -> None:
+    """A state whose statement would exceed max_allowed_packet: SerializationError
+    naming it (not a lost connection), nothing written; sealed, a state of 4/5 of the
+    limit is over it too (base64: 4/3)."""
+    from tenxstore import KeyRing, SerializationError
+
+    url, database = mysql_db
+    admin = await admin_connection(database)
+    try:
+        async with admin.cursor() as cursor:
+            await cursor.execute("SELECT @@max_allowed_packet")
+            limit = int((await cursor.fetchone())[0])
+    finally:
+        admin.close()
+    sealed = KeyRing([("k1", bytes(32))])
+    for thread, keys, size in (("plain", None, limit), ("sealed", sealed, limit * 4 // 5)):
+        repo = CheckpointRepository(url, keys=keys)
+        try:
+            await repo.asetup()
+            config = cfg(thread, "u")
+            await repo.aput_state(config, {"n": 1})
+            with pytest.raises(SerializationError, match="max_allowed_packet"):
+                await repo.aput_state(config, {"big": "x" * size})
+            assert await repo.aget_state(config) == {"n": 1}
+            assert (await repo.aput_state(config, {"n": 2})) == 2
+        finally:
+            await repo.aclose()
 
 
 async def test_killed_idle_connections_cost_nothing(mysql_db: tuple[str, str]) -> None:
@@ -209,6 +323,61 @@ async def test_a_migration_that_failed_halfway_is_finished_by_the_next_run(
                 assert "ix_lg_checkpoints_run_id" in {row[2] for row in await cursor.fetchall()}
         finally:
             admin.close()
+    finally:
+        await repo.aclose()
+
+
+async def test_0008_that_died_after_its_ddl_is_finished_by_the_next_run(
+    mysql_db: tuple[str, str],
+) -> None:
+    """0008 created lg_heads and dropped lg_checkpoints.is_head, then died before its
+    stamp: the next setup() keeps the table, skips the column already dropped, stamps."""
+    from tenxstore import migrate
+
+    url, database = mysql_db
+    repo = CheckpointRepository(url)
+    try:
+        await repo.asetup()
+        await repo.aput_state(cfg("t", "u"), {"n": 1})
+    finally:
+        await repo.aclose()
+    await mysql_admin(
+        services.mysql_url(),
+        f"UPDATE `{database}`.alembic_version SET version_num = '0007_checkpoint_versions_once'",
+    )
+    repo = CheckpointRepository(url)
+    try:
+        await repo.asetup()
+        assert await migrate.current_revision(repo.engine) == migrate.head_revision()
+        assert await repo.aget_state(cfg("t", "u")) == {"n": 1}
+    finally:
+        await repo.aclose()
+
+
+async def test_a_downgrade_that_failed_halfway_is_finished_by_the_next_run(
+    mysql_db: tuple[str, str],
+) -> None:
+    """0008's downgrade added is_head back and dropped lg_heads, then died before its
+    stamp: the next downgrade skips both and stamps 0007."""
+    from tenxstore import migrate
+
+    url, database = mysql_db
+    repo = CheckpointRepository(url)
+    try:
+        await repo.asetup()
+    finally:
+        await repo.aclose()
+    await mysql_admin(
+        services.mysql_url(),
+        f"ALTER TABLE `{database}`.lg_checkpoints ADD COLUMN is_head BOOL NOT NULL DEFAULT false",
+        f"DROP TABLE `{database}`.lg_heads",
+    )
+    repo = CheckpointRepository(url)
+    try:
+        await migrate.downgrade(repo.backend, revision="0007_checkpoint_versions_once")
+        assert await migrate.current_revision(repo.engine) == "0007_checkpoint_versions_once"
+        await repo.asetup()  # and up again
+        assert await migrate.current_revision(repo.engine) == migrate.head_revision()
     finally:
         await repo.aclose()
 
