@@ -58,6 +58,7 @@ __all__ = [
     "HeadWrite",
     "StateWrite",
     "TableSizes",
+    "on_every_connection",
     "sqlite_code",
     "timeout_ms",
 ]
@@ -393,6 +394,29 @@ class EngineSet:
         self.engine = engine
         self.read = engine.execution_options(**read_options)
         self.borrowed = Borrowed(engine)
+
+
+_SESSION_READY = "tenxstore_session_ready"
+
+
+def on_every_connection(engine: Any, setup: Callable[[Any, Any], None]) -> None:
+    """Run ``setup(dbapi_connection, connection_record)`` on every connection of a (sync)
+    engine: as it is made, and — for one its pool held before tenxstore took the engine
+    over (an application's engine, already used) — at its first checkout. Without that,
+    such a connection kept the server's session defaults (no ``lock_timeout`` on
+    PostgreSQL; REPEATABLE READ and a 50 s lock wait on MySQL; the driver's implicit
+    transactions on SQLite)."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, record: Any) -> None:
+        setup(dbapi_connection, record)
+        record.info[_SESSION_READY] = True
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        if not record.info.get(_SESSION_READY):
+            setup(dbapi_connection, record)
+            record.info[_SESSION_READY] = True
 
 
 class Backend(ABC):

@@ -47,7 +47,7 @@ from sqlalchemy.sql.dml import Insert, Update
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import ConfigError, LockTimeout, SerializationError, TenxStoreError
-from .base import Backend, Footprint, StateWrite, TableSizes
+from .base import Backend, Footprint, StateWrite, TableSizes, on_every_connection
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,6 @@ class MysqlBackend(Backend):
         sync._tenxstore_prepared = True  # type: ignore[attr-defined]  # a marker of ours
         wait = lock_wait_seconds(lock_timeout)
 
-        @event.listens_for(sync, "connect")
         def _on_connect(dbapi_connection: Any, _record: Any) -> None:
             cursor = dbapi_connection.cursor()
             try:
@@ -144,6 +143,8 @@ class MysqlBackend(Backend):
             # to it when it returns to the pool: make READ COMMITTED that default, or
             # writers would take gap locks and deadlock creating the same new thread.
             sync.dialect.default_isolation_level = "READ COMMITTED"
+
+        on_every_connection(sync, _on_connect)
 
         @event.listens_for(sync, "before_cursor_execute")
         def _fits(

@@ -36,7 +36,6 @@ from sqlalchemy import (
     and_,
     bindparam,
     delete,
-    event,
     func,
     insert,
     select,
@@ -55,7 +54,16 @@ from sqlalchemy.sql.elements import BindParameter
 from .. import telemetry
 from ..errors import ConfigError, ConnectionLost
 from ..models import Tables
-from .base import Backend, Footprint, Head, HeadWrite, StateWrite, TableSizes, timeout_ms
+from .base import (
+    Backend,
+    Footprint,
+    Head,
+    HeadWrite,
+    StateWrite,
+    TableSizes,
+    on_every_connection,
+    timeout_ms,
+)
 from .driver import DriverStatement
 
 log = logging.getLogger(__name__)
@@ -471,7 +479,6 @@ class PostgresBackend(Backend):
         sync._tenxstore_prepared = True  # type: ignore[attr-defined]  # a marker of ours
         settings = {} if lock_timeout is None else {"lock_timeout": timeout_ms(lock_timeout)}
 
-        @event.listens_for(sync, "connect")
         def _on_connect(dbapi_connection: Any, _record: Any) -> None:
             wanted = dict(settings)
             if dbapi_connection.driver_connection.get_server_version().major >= 14:
@@ -487,6 +494,8 @@ class PostgresBackend(Backend):
             # The adapter ran it in a transaction of its own: end it, so the connection
             # enters the pool idle (driver-level statements run in autocommit).
             dbapi_connection.commit()
+
+        on_every_connection(sync, _on_connect)
 
     def read_options(self) -> dict[str, Any]:
         return {"isolation_level": "AUTOCOMMIT"}

@@ -50,6 +50,7 @@ from .base import (
     HeadWrite,
     StateWrite,
     TableSizes,
+    on_every_connection,
     sqlite_code,
     timeout_ms,
 )
@@ -82,7 +83,6 @@ def _set_pragmas_on_connect(engine: Engine, lock_timeout: float | None) -> None:
     wait_ms = timeout_ms(lock_timeout)
     wal = not is_memory(engine.url)
 
-    @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
@@ -93,6 +93,8 @@ def _set_pragmas_on_connect(engine: Engine, lock_timeout: float | None) -> None:
                 _into_wal(cursor)
         finally:
             cursor.close()
+
+    on_every_connection(engine, _on_connect)
 
 
 def _open_through_driver(engine: Engine) -> None:

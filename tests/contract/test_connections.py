@@ -23,7 +23,7 @@ from tenxstore import (
     LockTimeout,
     StatementCancelled,
 )
-from tests.conftest import cfg
+from tests.conftest import backend_for, cfg
 from tests.servers import TcpProxy, free_port
 
 
@@ -553,3 +553,57 @@ async def test_hot_calls_beyond_the_pool_wait_their_turn_and_cancel_cleanly(
         assert pool.checkedout() == len(borrowed._idle)  # nothing leaked
     finally:
         await repo.aclose()
+
+
+@pytest.mark.parametrize("name", ["sqlite", "postgresql", "mariadb"])
+async def test_an_engine_used_before_it_is_handed_over_gets_tenxstores_session(
+    name: str, tmp_path: Path
+) -> None:
+    """An application's engine whose pool already holds a connection: tenxstore's
+    session settings reach that connection too (at its first checkout), not only the
+    ones opened after — else it kept the server's defaults (no lock_timeout on
+    PostgreSQL; REPEATABLE READ and a 50 s lock wait on MySQL; the driver's implicit
+    transactions and no foreign keys on SQLite)."""
+
+    async with backend_for(name, tmp_path) as sql_backend:
+        await _handed_over(sql_backend)
+
+
+async def _handed_over(sql_backend: Any) -> None:
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from tenxstore import CheckpointRepository
+
+    url = make_url(sql_backend.url)
+    if url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+asyncpg")
+    elif url.drivername == "sqlite":
+        url = url.set(drivername="sqlite+aiosqlite")
+    # A pool of one: the repository gets the very connection the application used.
+    engine = create_async_engine(url, pool_size=1, max_overflow=0)
+    try:
+        async with engine.connect() as conn:  # the application's own use, first
+            await conn.execute(text("SELECT 1"))
+        repo = CheckpointRepository(
+            engine, schema=sql_backend.schema, lock_timeout=2, keys=sql_backend.keys
+        )
+        await repo.asetup()
+        await repo.aput_state(cfg(), {"n": 1})
+        async with engine.connect() as conn:
+            if sql_backend.name.startswith("postgresql"):
+                found = (await conn.execute(text("SHOW lock_timeout"))).scalar_one()
+                assert found == "2s", found
+            elif sql_backend.name == "mariadb":
+                found = (
+                    await conn.execute(
+                        text("SELECT @@tx_isolation, @@innodb_lock_wait_timeout, @@time_zone")
+                    )
+                ).one()
+                assert tuple(found) == ("READ-COMMITTED", 2, "+00:00"), found
+            else:
+                found = (await conn.execute(text("PRAGMA foreign_keys"))).scalar_one()
+                assert found == 1, found
+        await repo.aclose()
+    finally:
+        await engine.dispose()
