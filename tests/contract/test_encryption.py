@@ -380,7 +380,10 @@ async def test_a_sealed_export_file_holds_no_plaintext_and_opens_with_its_key(
         moved.write_text(json.dumps({**lines[0], "thread_id": "t2"}) + "\n")
         tampered = tmp_path / "tampered.jsonl"
         envelope = lines[0]["sealed"]
-        flipped = envelope[:-3] + ("A" if envelope[-3] != "A" else "B") + envelope[-2:]
+        # a character mid-envelope, every bit of it data (near the end, base64's
+        # padding bits would let a flip of the low bit decode to the same bytes)
+        at = len(envelope) // 2
+        flipped = envelope[:at] + ("Q" if envelope[at] != "Q" else "A") + envelope[at + 1 :]
         tampered.write_text(json.dumps({**lines[0], "sealed": flipped}) + "\n")
         plain_line = tmp_path / "unsealed.jsonl"
         plain_line.write_text(json.dumps({**lines[0], "sealed": clear.getvalue().strip()}) + "\n")
