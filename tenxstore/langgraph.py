@@ -60,7 +60,7 @@ from .protocol import Checkpointer
 from .serde import decode, encode
 from .telemetry import traced
 from .types import AuthPolicy
-from .validate import check_id
+from .validate import check_id, check_text
 
 __all__ = ["DEFAULT_HISTORY_LIMIT", "HEAD_KEY", "TenxCheckpointSaver"]
 
@@ -90,26 +90,6 @@ def restore_versions(checkpoint: Checkpoint, versions: str | None) -> None:
 
 def _configurable(config: RunnableConfig | None) -> dict[str, Any]:
     return dict((config or {}).get("configurable") or {})
-
-
-def _key_text(what: str, value: Any, limit: int | None, *, empty: bool = True) -> str:
-    """A LangGraph key string (namespace, checkpoint or task id, task path) as the
-    tables can hold it: a str of at most ``limit`` characters (this database's key
-    column), without U+0000 or a lone surrogate; else ``ConfigError``, nothing written."""
-    if not isinstance(value, str):
-        raise ConfigError(f"{what} must be a str, not {type(value).__name__}")
-    if not empty and not value:
-        raise ConfigError(f"{what} must not be empty")
-    if limit is not None and len(value) > limit:
-        raise ConfigError(f"{what} must be at most {limit} characters here, not {len(value)}")
-    if "\x00" in value:
-        raise ConfigError(f"{what} must not contain U+0000")
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ConfigError(f"{what} contains a lone surrogate: not valid Unicode") from None
-    return value
 
 
 def _channel_name(channel: Any, *, nul: bool = True) -> None:
@@ -269,11 +249,13 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         scoped = self._scoped(config)
         conf = scoped["configurable"]
         limits = self._tables.limits
-        ns = _key_text("checkpoint_ns", conf.get("checkpoint_ns", ""), limits.namespace)
+        ns = check_text(
+            "checkpoint_ns", conf.get("checkpoint_ns", ""), limits.namespace, empty=True
+        )
         parent = conf.get("checkpoint_id")
         if parent is not None:
-            _key_text("checkpoint_id", parent, limits.checkpoint_id, empty=False)
-        _key_text("checkpoint id", checkpoint["id"], limits.checkpoint_id, empty=False)
+            check_text("checkpoint_id", parent, limits.checkpoint_id)
+        check_text("checkpoint id", checkpoint["id"], limits.checkpoint_id)
         channel_values = checkpoint["channel_values"]
         for channel in (*checkpoint["channel_versions"], *channel_values):
             _channel_name(channel)
@@ -352,9 +334,11 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         scoped = self._scoped(config)
         conf = scoped["configurable"]
         limits = self._tables.limits
-        ns = _key_text("checkpoint_ns", conf.get("checkpoint_ns", ""), limits.namespace)
-        _key_text("task_id", task_id, limits.task_id, empty=True)
-        _key_text("task_path", task_path, None)
+        ns = check_text(
+            "checkpoint_ns", conf.get("checkpoint_ns", ""), limits.namespace, empty=True
+        )
+        check_text("task_id", task_id, limits.task_id, empty=True)
+        check_text("task_path", task_path, None, empty=True)
         rows = []
         for index, (channel, value) in enumerate(writes):
             _channel_name(channel, nul=False)

@@ -78,12 +78,17 @@ def check_id_type(name: str, value: object) -> IdType:
     return check_choice(name, value, ID_TYPES)
 
 
-def check_text(what: str, value: object) -> str:
-    """A str that can be stored as an id: 1-255 characters, no U+0000, no lone surrogate."""
+def check_text(
+    what: str, value: object, limit: int | None = MAX_ID_LENGTH, *, empty: bool = False
+) -> str:
+    """A str that can be stored as an id: 1-``limit`` characters (0 with ``empty``; no
+    bound with ``limit=None``), no U+0000, no lone surrogate."""
     if not isinstance(value, str):
         raise ConfigError(f"{what} must be a str, not {type(value).__name__}")
-    if not 0 < len(value) <= MAX_ID_LENGTH:
-        raise ConfigError(f"{what} must be 1-{MAX_ID_LENGTH} characters, not {len(value)}")
+    if (not value and not empty) or (limit is not None and len(value) > limit):
+        low = 0 if empty else 1
+        high = "" if limit is None else str(limit)
+        raise ConfigError(f"{what} must be {low}-{high} characters, not {len(value)}")
     if "\x00" in value:
         raise ConfigError(f"{what} must not contain U+0000")
     if not value.isascii():

@@ -573,11 +573,31 @@ class Backend(ABC):
         """A statement that writes a state in one round trip, or None (see write_state)."""
         return None
 
-    @abstractmethod
     async def write_state(
         self, conn: AsyncConnection, sql: Any, params: StateWrite, prune: bool
     ) -> None:
-        """Insert the state and new messages, bump the head version, prune (under the lock)."""
+        """Insert the state and new messages, bump the head version, prune (under the
+        lock), as separate statements: on SQLite a statement costs no round trip, and
+        MySQL has no data-modifying CTE (PostgreSQL sends them as one)."""
+        thread, now = params["b_thread"], params["b_now"]
+        await conn.execute(
+            sql.insert_state,
+            {
+                "thread_id": thread,
+                "version": params["b_version"],
+                "state_data": params["b_state"],
+                "meta": params["b_meta"],
+                "created_at": now,
+            },
+        )
+        if params["messages"]:
+            rows = [{**row, "thread_id": thread, "created_at": now} for row in params["messages"]]
+            await conn.execute(sql.insert_messages, rows)
+        await conn.execute(
+            sql.bump, {"b_thread": thread, "b_version": params["b_version"], "b_now": now}
+        )
+        if prune:
+            await conn.execute(sql.prune, {"b_thread": thread, "b_upto": params["b_upto"]})
 
     async def begin_write(self, conn: AsyncConnection) -> None:  # noqa: B027  # a hook most modes leave empty
         """Prepare a connection for a write transaction (before it begins)."""

@@ -47,7 +47,7 @@ from sqlalchemy.sql.dml import Insert, Update
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import ConfigError, LockTimeout, SerializationError, TenxStoreError
-from .base import Backend, Footprint, StateWrite, TableSizes, on_every_connection
+from .base import Backend, Footprint, TableSizes, on_every_connection
 
 log = logging.getLogger(__name__)
 
@@ -279,30 +279,6 @@ class MysqlBackend(Backend):
         total = sum((r[2] or 0) + (r[3] or 0) for r in rows.values())
         free = sum(r[4] or 0 for r in rows.values())
         return Footprint(found, total, free)
-
-    async def write_state(
-        self, conn: AsyncConnection, sql: Any, params: StateWrite, prune: bool
-    ) -> None:
-        """Separate statements under the row lock (no data-modifying CTEs here)."""
-        thread, now = params["b_thread"], params["b_now"]
-        await conn.execute(
-            sql.insert_state,
-            {
-                "thread_id": thread,
-                "version": params["b_version"],
-                "state_data": params["b_state"],
-                "meta": params["b_meta"],
-                "created_at": now,
-            },
-        )
-        if params["messages"]:
-            rows = [{**row, "thread_id": thread, "created_at": now} for row in params["messages"]]
-            await conn.execute(sql.insert_messages, rows)
-        await conn.execute(
-            sql.bump, {"b_thread": thread, "b_version": params["b_version"], "b_now": now}
-        )
-        if prune:
-            await conn.execute(sql.prune, {"b_thread": thread, "b_upto": params["b_upto"]})
 
     @asynccontextmanager
     async def migration_connection(self) -> AsyncIterator[AsyncConnection]:

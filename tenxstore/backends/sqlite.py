@@ -48,7 +48,6 @@ from .base import (
     Footprint,
     Head,
     HeadWrite,
-    StateWrite,
     TableSizes,
     on_every_connection,
     sqlite_code,
@@ -602,30 +601,6 @@ class SqliteBackend(Backend):
                 yield locked
         finally:
             self._writers.release()
-
-    async def write_state(
-        self, conn: AsyncConnection, sql: Any, params: StateWrite, prune: bool
-    ) -> None:
-        """Separate statements: on SQLite a statement costs no round trip."""
-        thread, now = params["b_thread"], params["b_now"]
-        await conn.execute(
-            sql.insert_state,
-            {
-                "thread_id": thread,
-                "version": params["b_version"],
-                "state_data": params["b_state"],
-                "meta": params["b_meta"],
-                "created_at": now,
-            },
-        )
-        if params["messages"]:
-            rows = [{**row, "thread_id": thread, "created_at": now} for row in params["messages"]]
-            await conn.execute(sql.insert_messages, rows)
-        await conn.execute(
-            sql.bump, {"b_thread": thread, "b_version": params["b_version"], "b_now": now}
-        )
-        if prune:
-            await conn.execute(sql.prune, {"b_thread": thread, "b_upto": params["b_upto"]})
 
     def setup_engine(self) -> AsyncEngine:
         base = self.engine
