@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import telemetry
 from .config import RunIds, read_config, record_read, recorded_incarnation, recorded_version
-from .crypto import CACHE, KeyRing, open_text
+from .crypto import CACHE, KeyRing, open_json
 from .errors import CacheUnreachable, ConfigError, DecryptionError, StaleStateError
 from .langgraph_tables import LangGraphTables
 from .lifecycle import DEFAULT_BATCH_SIZE, DEFAULT_SAMPLE, BatchHook, DeleteResult, ProgressHook
@@ -510,7 +510,7 @@ class CachedCheckpointer:
         try:
             if len(entry.state) != 1 or not isinstance(sealed, str):
                 raise DecryptionError(thread_id, CACHE, None, "not a sealed entry")
-            state = decode(open_text(self.keys, sealed, thread_id, column))
+            state = decode(open_json(self.keys, sealed, thread_id, column))
         except (DecryptionError, ValueError) as exc:
             where = f" ({key})" if telemetry.record_ids() else ""
             log.warning("dropping a cache entry that does not decrypt%s: %s", where, exc)

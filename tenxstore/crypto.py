@@ -60,6 +60,7 @@ __all__ = [
     "KeyRing",
     "check_type",
     "is_sealed",
+    "open_json",
     "open_text",
     "open_typed",
     "sealed_key_id",
@@ -302,6 +303,20 @@ class KeyRing:
         if text[:1] != _MARK:
             self._plain(thread_id, column)
             return text
+        return self._open_envelope(text, thread_id, column).decode("utf-8", "surrogatepass")
+
+    def open_json(self, text: str, thread_id: Any, column: str) -> str | bytes:
+        """:meth:`open` for text that goes straight to :func:`tenxstore.serde.decode`:
+        an opened envelope stays UTF-8 bytes (orjson reads them as they are: no copy
+        into a ``str`` on the read path); text the standard library wrote (which may
+        hold surrogates, see :mod:`tenxstore.serde`) is decoded as :meth:`open` does."""
+        if text[:1] != _MARK:
+            self._plain(thread_id, column)
+            return text
+        plain = self._open_envelope(text, thread_id, column)
+        return plain.decode("utf-8", "surrogatepass") if plain[:1] == b" " else plain
+
+    def _open_envelope(self, text: str, thread_id: Any, column: str) -> bytes:
         key_id = sealed_key_id(text)
         if key_id is None:
             raise DecryptionError(thread_id, column, None, "not a tenxstore envelope")
@@ -310,12 +325,12 @@ class KeyRing:
             raise DecryptionError(thread_id, column, key_id, "that key is not in the key ring")
         head_end = len(_HEAD) + len(key_id) + 1
         try:
-            raw = _b64decode(text[head_end:])
+            raw = memoryview(_b64decode(text[head_end:]))
         except (binascii.Error, ValueError):
             raise DecryptionError(thread_id, column, key_id, "damaged envelope") from None
         if len(raw) < _NONCE + _TAG:
             raise DecryptionError(thread_id, column, key_id, "truncated envelope")
-        try:
+        try:  # views of the decoded bytes: the ciphertext is not copied again
             plain: bytes = cipher.decrypt(
                 raw[:_NONCE], raw[_NONCE:], _aad(text[:head_end], column, thread_id)
             )
@@ -323,7 +338,7 @@ class KeyRing:
             raise DecryptionError(
                 thread_id, column, key_id, "authentication failed (tampered, or moved)"
             ) from None
-        return plain.decode("utf-8", "surrogatepass")
+        return plain
 
     def seal_typed(self, kind: str, data: bytes, thread_id: Any, column: str) -> tuple[str, bytes]:
         """A LangGraph ``(type, bytes)`` sealed: the type marked ``!`` (see
@@ -445,3 +460,11 @@ def open_text(keys: KeyRing | None, text: str, thread_id: Any, column: str) -> s
             thread_id, column, sealed_key_id(text), "encrypted, and no key ring is configured"
         )
     return text
+
+
+def open_json(keys: KeyRing | None, text: str, thread_id: Any, column: str) -> str | bytes:
+    """:func:`open_text` for text that goes straight to :func:`tenxstore.serde.decode`
+    (an opened envelope may stay bytes: see :meth:`KeyRing.open_json`)."""
+    if keys is not None:
+        return keys.open_json(text, thread_id, column)
+    return open_text(None, text, thread_id, column)

@@ -29,7 +29,7 @@ from .crypto import (
     WRITE,
     KeyRing,
     check_type,
-    open_text,
+    open_json,
     open_typed,
 )
 from .deltas import BrokenChain, Stored, rebuild
@@ -124,7 +124,7 @@ class ThreadExports:
             states=tuple(snapshot_of(r, thread_id, keys) for r in states),
             messages=tuple(
                 MessageRecord(
-                    decode(open_text(keys, r.payload, thread_id, MESSAGE)),
+                    decode(open_json(keys, r.payload, thread_id, MESSAGE)),
                     utc(r.created_at),  # type: ignore[arg-type]
                 )
                 for r in messages

@@ -42,7 +42,7 @@ from .errors import (
     ToolExecutionMismatch,
     ToolExecutionNotFound,
 )
-from .serde import decode, encode
+from .serde import encode
 from .statements import tool_execution, utc
 from .store import Store
 from .types import ToolExecution, ToolStatus
@@ -172,7 +172,7 @@ class ToolLedger:
                 row = await self._call_row(conn, ids, call_id)
                 telemetry.tool_outcome(log, "claimed", tool_name)
                 return tool_execution(ids.thread_id, row, store.keys), (life, 1)
-            stored = decode(store.open(row.args, ids.thread_id, ARGS))
+            stored = store.load(row.args, ids.thread_id, ARGS)
             if row.tool_name != tool_name or encode(stored, sort_keys=True) != canonical:
                 telemetry.tool_outcome(log, "mismatch", tool_name)
                 raise ToolExecutionMismatch(

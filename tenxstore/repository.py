@@ -39,7 +39,7 @@ from .lifecycle import (
     ProgressHook,
 )
 from .models import tables_for
-from .serde import decode, encode, encode_state
+from .serde import encode, encode_state
 from .statements import Statements, snapshot_of, thread_info
 from .stats import Stats, StoreStats
 from .store import Settings, Store
@@ -440,7 +440,7 @@ class CheckpointRepository:
         record_read(config, head.version, head.incarnation)
         if head.state is None:
             return None
-        state: dict[str, Any] = decode(self._store.open(head.state, ids.thread_id, STATE))
+        state: dict[str, Any] = self._store.load(head.state, ids.thread_id, STATE)
         return state
 
     @traced()
@@ -501,10 +501,7 @@ class CheckpointRepository:
             )
             stmt = stmt.where(m.c.seq > after)
         stmt = stmt.order_by(m.c.seq).limit(limit)
-        return [
-            decode(store.open(row.payload, ids.thread_id, MESSAGE))
-            for row in await store.read(stmt)
-        ]
+        return [store.load(row.payload, ids.thread_id, MESSAGE) for row in await store.read(stmt)]
 
     # -- threads ---------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from sqlalchemy import and_, bindparam, delete, insert, select, update
 from sqlalchemy.sql.elements import BindParameter
 
 from .backends import Backend
-from .crypto import ARGS, ERROR, META, METADATA, NAME, RESULT, STATE, KeyRing, open_text
+from .crypto import ARGS, ERROR, META, METADATA, NAME, RESULT, STATE, KeyRing, open_json
 from .models import Tables
 from .serde import decode
 from .types import StateSnapshot, ThreadInfo, ToolExecution
@@ -78,8 +78,8 @@ def snapshot_of(row: Any, thread_id: Any, keys: KeyRing | None) -> StateSnapshot
     ``keys`` when sealed)."""
     return StateSnapshot(
         version=row.version,
-        state=decode(open_text(keys, row.state_data, thread_id, STATE)),
-        meta={} if row.meta is None else decode(open_text(keys, row.meta, thread_id, META)),
+        state=decode(open_json(keys, row.state_data, thread_id, STATE)),
+        meta={} if row.meta is None else decode(open_json(keys, row.meta, thread_id, META)),
         created_at=utc(row.created_at),  # type: ignore[arg-type]  # never NULL
     )
 
@@ -90,10 +90,10 @@ def thread_info(row: Any, keys: KeyRing | None) -> ThreadInfo:
     return ThreadInfo(
         thread_id=tid,
         user_id=row.user_id,
-        name=None if row.name is None else decode(open_text(keys, row.name, tid, NAME)),
+        name=None if row.name is None else decode(open_json(keys, row.name, tid, NAME)),
         metadata={}
         if row.metadata is None
-        else decode(open_text(keys, row.metadata, tid, METADATA)),
+        else decode(open_json(keys, row.metadata, tid, METADATA)),
         created_at=utc(row.created_at),
         updated_at=utc(row.updated_at),
         version=row.version,
@@ -106,12 +106,12 @@ def tool_execution(thread_id: Any, row: Any, keys: KeyRing | None) -> ToolExecut
         thread_id=thread_id,
         tool_call_id=row.tool_call_id,
         tool_name=row.tool_name,
-        args=decode(open_text(keys, row.args, thread_id, ARGS)),
+        args=decode(open_json(keys, row.args, thread_id, ARGS)),
         status=row.status,
         result=None
         if row.result is None
-        else decode(open_text(keys, row.result, thread_id, RESULT)),
-        error=None if row.error is None else decode(open_text(keys, row.error, thread_id, ERROR)),
+        else decode(open_json(keys, row.result, thread_id, RESULT)),
+        error=None if row.error is None else decode(open_json(keys, row.error, thread_id, ERROR)),
         attempts=row.attempts,
         started_at=utc(row.started_at),  # type: ignore[arg-type]  # never NULL
         finished_at=utc(row.finished_at),
