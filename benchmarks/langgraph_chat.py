@@ -238,6 +238,21 @@ class Storage:
     schema: str | None = None
     path: Path | None = None
 
+    async def vacuum(self, url: str) -> None:
+        """What autovacuum does to a PostgreSQL schema's tables (a plain VACUUM: the
+        space of deleted rows is marked free for new ones, the files keep their size).
+        A SQLite file reuses its free pages without one: nothing to do."""
+        if self.schema is None:
+            return
+        con = await asyncpg.connect(url)
+        try:
+            for (table,) in await con.fetch(
+                "SELECT tablename FROM pg_tables WHERE schemaname = $1", self.schema
+            ):
+                await con.execute(f'VACUUM "{self.schema}"."{table}"')
+        finally:
+            await con.close()
+
     async def sizes(self, url: str, *, empty: bool = False) -> Sizes:
         if self.schema is not None:
             return await pg_sizes(url, self.schema)
@@ -394,6 +409,10 @@ async def run(args: argparse.Namespace) -> Run:
                             system.graph.ainvoke({"messages": [message]}, system.config),
                             profiler if profiling else None,
                         )
+                    if args.vacuum_every and (turn + 1) % args.vacuum_every == 0:
+                        for system in systems:  # every saver alike, outside the timings
+                            if system.storage is not None:
+                                await system.storage.vacuum(args.url)
                 expected = [text for pair in zip(humans, replies, strict=True) for text in pair]
                 for system in systems:  # every saver holds the whole conversation
                     state = await system.graph.aget_state(system.config)
@@ -529,7 +548,13 @@ def report(result: Run, args: argparse.Namespace) -> str:
         "Rows: `sum(pg_column_size(t.*))` of every table the saver uses (SQLite: dbstat's"
         " payload); on disk: tables with indexes and TOAST (SQLite: the file and its WAL)"
         " as the run left them, and less the empty schema's. Migration bookkeeping tables"
-        " are left out.",
+        " are left out."
+        + (
+            f" PostgreSQL tables were vacuumed every {args.vacuum_every} turns (every saver's,"
+            " outside the timings), as autovacuum would over a chat's real hours."
+            if args.vacuum_every
+            else " No vacuum ran: PostgreSQL's files hold every row version ever written."
+        ),
         "",
         "| saver | variant | rows | on disk | on disk less empty | tables (rows: bytes) |",
         "|---|---|---|---|---|---|",
@@ -706,6 +731,14 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=lambda t: names(t, SAVERS),
         default=list(SAVERS),
         help=",".join(SAVERS),
+    )
+    parser.add_argument(
+        "--vacuum-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="VACUUM every PostgreSQL saver's tables every N turns, as autovacuum would over"
+        " a chat's real hours (default: never; the files then hold every row ever written)",
     )
     parser.add_argument("--plot", type=Path, help="write a PNG of latency against turn")
     parser.add_argument("--json", type=Path, help="write the per-turn samples as JSON")
