@@ -33,6 +33,7 @@ from .errors import ConfigError, ImportConflict, SerializationError, TenxStoreEr
 from .exports import import_rows
 from .protocol import Checkpointer
 from .serde import decode, encode
+from .statements import load
 from .types import (
     AuthPolicy,
     ImportOutcome,
@@ -359,7 +360,7 @@ def read_exports(path: Path, keys: KeyRing | None = None) -> Iterator[tuple[int,
                 if not isinstance(data["sealed"], str) or sealed_key_id(data["sealed"]) is None:
                     raise ConfigError(f"{path}:{number}: 'sealed' is not an envelope")
                 try:
-                    data = decode(keys.open(data["sealed"], data["thread_id"], EXPORT))
+                    data = load(keys, data["sealed"], data["thread_id"], EXPORT)
                 except ValueError as exc:
                     raise ConfigError(f"{path}:{number}: not JSON ({exc})") from None
             try:

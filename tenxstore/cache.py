@@ -30,14 +30,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import telemetry
 from .config import RunIds, read_config, record_read, recorded_incarnation, recorded_version
-from .crypto import CACHE, KeyRing, open_json
+from .crypto import CACHE, KeyRing
 from .errors import CacheUnreachable, ConfigError, DecryptionError, StaleStateError
 from .langgraph_tables import LangGraphTables
 from .lifecycle import DEFAULT_BATCH_SIZE, DEFAULT_SAMPLE, BatchHook, DeleteResult, ProgressHook
 from .protocol import Checkpointer
 from .redis_cache import BLANKET, INCARNATION_MEMBER, MAX_PUT_AGE, Entry, Fence, RedisCache
 from .redis_cache import decode_entry as _decode_entry
-from .serde import decode, encode_state
+from .serde import encode_state
+from .statements import load
 from .stats import StoreStats
 from .telemetry import traced
 from .types import (
@@ -510,7 +511,7 @@ class CachedCheckpointer:
         try:
             if len(entry.state) != 1 or not isinstance(sealed, str):
                 raise DecryptionError(thread_id, CACHE, None, "not a sealed entry")
-            state = decode(open_json(self.keys, sealed, thread_id, column))
+            state = load(self.keys, sealed, thread_id, column)
         except (DecryptionError, ValueError) as exc:
             where = f" ({key})" if telemetry.record_ids() else ""
             log.warning("dropping a cache entry that does not decrypt%s: %s", where, exc)

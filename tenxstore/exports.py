@@ -29,14 +29,13 @@ from .crypto import (
     WRITE,
     KeyRing,
     check_type,
-    open_json,
     open_typed,
 )
 from .deltas import BrokenChain, Stored, rebuild
 from .errors import ConfigError, ImportConflict, SerializationError
 from .langgraph_tables import run_id_of
 from .serde import decode, encode, encode_state
-from .statements import snapshot_of, thread_info, tool_execution, utc
+from .statements import load, snapshot_of, thread_info, tool_execution, utc
 from .store import Store, message_role
 from .types import (
     Commit,
@@ -124,7 +123,7 @@ class ThreadExports:
             states=tuple(snapshot_of(r, thread_id, keys) for r in states),
             messages=tuple(
                 MessageRecord(
-                    decode(open_json(keys, r.payload, thread_id, MESSAGE)),
+                    load(keys, r.payload, thread_id, MESSAGE),
                     utc(r.created_at),  # type: ignore[arg-type]
                 )
                 for r in messages

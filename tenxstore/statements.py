@@ -73,13 +73,19 @@ def utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=timezone.utc)
 
 
+def load(keys: KeyRing | None, text: str, thread_id: Any, column: str) -> Any:
+    """A stored JSON payload's value, opened with ``keys`` when sealed (see
+    :func:`tenxstore.crypto.open_json`: an opened envelope goes to the decoder as bytes)."""
+    return decode(open_json(keys, text, thread_id, column))
+
+
 def snapshot_of(row: Any, thread_id: Any, keys: KeyRing | None) -> StateSnapshot:
     """A ``states`` row of ``thread_id`` as a :class:`StateSnapshot` (opened with
     ``keys`` when sealed)."""
     return StateSnapshot(
         version=row.version,
-        state=decode(open_json(keys, row.state_data, thread_id, STATE)),
-        meta={} if row.meta is None else decode(open_json(keys, row.meta, thread_id, META)),
+        state=load(keys, row.state_data, thread_id, STATE),
+        meta={} if row.meta is None else load(keys, row.meta, thread_id, META),
         created_at=utc(row.created_at),  # type: ignore[arg-type]  # never NULL
     )
 
@@ -90,10 +96,8 @@ def thread_info(row: Any, keys: KeyRing | None) -> ThreadInfo:
     return ThreadInfo(
         thread_id=tid,
         user_id=row.user_id,
-        name=None if row.name is None else decode(open_json(keys, row.name, tid, NAME)),
-        metadata={}
-        if row.metadata is None
-        else decode(open_json(keys, row.metadata, tid, METADATA)),
+        name=None if row.name is None else load(keys, row.name, tid, NAME),
+        metadata={} if row.metadata is None else load(keys, row.metadata, tid, METADATA),
         created_at=utc(row.created_at),
         updated_at=utc(row.updated_at),
         version=row.version,
@@ -106,12 +110,10 @@ def tool_execution(thread_id: Any, row: Any, keys: KeyRing | None) -> ToolExecut
         thread_id=thread_id,
         tool_call_id=row.tool_call_id,
         tool_name=row.tool_name,
-        args=decode(open_json(keys, row.args, thread_id, ARGS)),
+        args=load(keys, row.args, thread_id, ARGS),
         status=row.status,
-        result=None
-        if row.result is None
-        else decode(open_json(keys, row.result, thread_id, RESULT)),
-        error=None if row.error is None else decode(open_json(keys, row.error, thread_id, ERROR)),
+        result=None if row.result is None else load(keys, row.result, thread_id, RESULT),
+        error=None if row.error is None else load(keys, row.error, thread_id, ERROR),
         attempts=row.attempts,
         started_at=utc(row.started_at),  # type: ignore[arg-type]  # never NULL
         finished_at=utc(row.finished_at),

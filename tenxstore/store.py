@@ -24,10 +24,10 @@ from . import migrate
 from .backends import Backend
 from .backends.base import Head, HeadWrite
 from .config import RunIds, read_config
-from .crypto import MESSAGE, KeyRing, open_json, open_text
+from .crypto import MESSAGE, KeyRing
 from .errors import SerializationError, StaleStateError, ThreadOwnershipError
-from .serde import decode, encode
-from .statements import Statements
+from .serde import encode
+from .statements import Statements, load
 from .validate import IdType, message_id
 
 #: How often a write creating a thread tries again when a concurrent delete took the
@@ -241,14 +241,9 @@ class Store:
         keys = self.keys
         return text if keys is None else keys.seal(text, thread_id, column)
 
-    def open(self, text: str, thread_id: Any, column: str) -> str:
-        """A stored payload's text (see :func:`tenxstore.crypto.open_text`)."""
-        return open_text(self.keys, text, thread_id, column)
-
     def load(self, text: str, thread_id: Any, column: str) -> Any:
-        """A stored JSON payload's value: :meth:`open`, then decoded (an opened envelope
-        goes to the decoder as bytes, not copied into a ``str`` first)."""
-        return decode(open_json(self.keys, text, thread_id, column))
+        """A stored JSON payload's value (see :func:`tenxstore.statements.load`)."""
+        return load(self.keys, text, thread_id, column)
 
     def seal_messages(self, rows: list[dict[str, Any]], thread_id: Any) -> list[dict[str, Any]]:
         """Rows of :meth:`encode_messages` with their payloads sealed for ``thread_id``."""
