@@ -114,22 +114,16 @@ def _thread_tag(thread_id: Any) -> bytes:
     return str(thread_id).encode("utf-8", "surrogatepass")
 
 
-def _aad(head: str, column: str, thread_id: Any) -> bytes:
-    # The column names are tenxstore's own (no NUL); the thread id comes last, so the
-    # joined bytes split back unambiguously.
-    return (
-        b"tenxstore\x00"
-        + head.encode()
-        + b"\x00"
-        + column.encode()
-        + b"\x00"
-        + _thread_tag(thread_id)
-    )
+def _aad_prefix(head: str, column: str) -> bytes:
+    """The associated data of a text envelope but its thread id: the envelope's header
+    and the column (tenxstore's own names, no NUL); the thread id comes last, so the
+    joined bytes split back unambiguously."""
+    return b"tenxstore\x00" + head.encode() + b"\x00" + column.encode() + b"\x00"
 
 
 def _typed_aad(head: bytes, kind: str, column: str, thread_id: Any) -> bytes:
     """A LangGraph value's associated data: its envelope header, plain type, column and
-    thread id (last, as in :func:`_aad`)."""
+    thread id (last, as in :func:`_aad_prefix`)."""
     return (
         b"tenxstore\x00"
         + head
@@ -221,6 +215,9 @@ class KeyRing:
         """The id of the key that seals."""
         self._head = f"{_HEAD}{self.current}:"
         self._sealer = self._ciphers[self.current]
+        # (header, column) -> the associated data's bytes before the thread id: a read
+        # joins one piece to it. Bounded: headers of this ring's keys, tenxstore's columns.
+        self._prefixes: dict[tuple[str, str], bytes] = {}
 
     @classmethod
     def parse(cls, text: str, *, require_sealed: bool = False) -> KeyRing:
@@ -286,9 +283,8 @@ class KeyRing:
     def seal(self, text: str, thread_id: Any, column: str) -> str:
         """``text`` encrypted under the current key, bound to ``thread_id`` and ``column``."""
         nonce = os.urandom(_NONCE)
-        sealed = self._sealer.encrypt(
-            nonce, text.encode("utf-8", "surrogatepass"), _aad(self._head, column, thread_id)
-        )
+        aad = self._prefix(self._head, column) + _thread_tag(thread_id)
+        sealed = self._sealer.encrypt(nonce, text.encode("utf-8", "surrogatepass"), aad)
         return self._head + _b64encode(nonce + sealed)
 
     def open(self, text: str, thread_id: Any, column: str) -> str:
@@ -316,24 +312,32 @@ class KeyRing:
         plain = self._open_envelope(text, thread_id, column)
         return plain.decode("utf-8", "surrogatepass") if plain[:1] == b" " else plain
 
+    def _prefix(self, head: str, column: str) -> bytes:
+        found = self._prefixes.get((head, column))
+        if found is None:
+            found = self._prefixes[(head, column)] = _aad_prefix(head, column)
+        return found
+
     def _open_envelope(self, text: str, thread_id: Any, column: str) -> bytes:
-        key_id = sealed_key_id(text)
-        if key_id is None:
-            raise DecryptionError(thread_id, column, None, "not a tenxstore envelope")
-        cipher = self._ciphers.get(key_id)
-        if cipher is None:
-            raise DecryptionError(thread_id, column, key_id, "that key is not in the key ring")
-        head_end = len(_HEAD) + len(key_id) + 1
+        if text.startswith(self._head):  # the current key's: most reads
+            key_id, head, cipher = self.current, self._head, self._sealer
+        else:
+            found = sealed_key_id(text)
+            if found is None:
+                raise DecryptionError(thread_id, column, None, "not a tenxstore envelope")
+            key_id, head = found, f"{_HEAD}{found}:"
+            cipher = self._ciphers.get(key_id)
+            if cipher is None:
+                raise DecryptionError(thread_id, column, key_id, "that key is not in the key ring")
         try:
-            raw = memoryview(_b64decode(text[head_end:]))
+            raw = memoryview(_b64decode(text[len(head) :]))
         except (binascii.Error, ValueError):
             raise DecryptionError(thread_id, column, key_id, "damaged envelope") from None
         if len(raw) < _NONCE + _TAG:
             raise DecryptionError(thread_id, column, key_id, "truncated envelope")
+        aad = self._prefix(head, column) + _thread_tag(thread_id)
         try:  # views of the decoded bytes: the ciphertext is not copied again
-            plain: bytes = cipher.decrypt(
-                raw[:_NONCE], raw[_NONCE:], _aad(text[:head_end], column, thread_id)
-            )
+            plain: bytes = cipher.decrypt(raw[:_NONCE], raw[_NONCE:], aad)
         except Exception:  # cryptography's InvalidTag: tampered, wrong key or wrong place
             raise DecryptionError(
                 thread_id, column, key_id, "authentication failed (tampered, or moved)"
