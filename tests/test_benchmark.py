@@ -99,3 +99,21 @@ def test_telemetry_overhead_smoke() -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert {line.split()[0] for line in done.stdout.splitlines()[2:]} == {"absent", "api", "sdk"}
+
+
+def test_encryption_overhead_smoke() -> None:
+    """The ~5 KB state workload plain and encrypted, with the raw driver's floor (the
+    floor reader checks every state it reads back against the one written)."""
+    env = {**os.environ, "TENXSTORE_BENCH_PG_URL": services.pg_url()}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "encryption_overhead.py")]
+        + ["--turns", "15", "--runs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for database in ("PostgreSQL", "SQLite file"):
+        assert f"\n{database}: median of 1 run(s)" in done.stdout
+    assert done.stdout.count("the floor read's opening costs") == 2
