@@ -28,7 +28,6 @@ method).
 
 from __future__ import annotations
 
-import base64
 import random
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextvars import ContextVar
@@ -222,26 +221,14 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             raise SerializationError(f"{what} cannot be serialized: {exc}") from exc
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
-        """The next version of a channel: ``current``'s counter plus one, zero-padded
-        to 16 digits, and 64 random bits (``"0000000000000043.Xc3Cz0FQ_WM"``).
-
-        LangGraph compares versions as text, so the counter is padded; the random part
-        keeps two forks of one checkpoint from naming different values alike (values
-        are stored once per channel and version). LangGraph's own savers pad to 32
-        digits and add a float's digits (51 characters); these 28 take two fifths off
-        every checkpoint row (its versions, and those its nodes saw) and every value's
-        key. A thread written in that format goes on in this one: a counter padded to
-        fewer digits compares after every 32-digit one, so a channel's versions stay
-        ordered across the change (``int`` versions are continued too).
-        """
+        """Monotonic string versions, as LangGraph's own savers make them."""
         if current is None:
             current_v = 0
         elif isinstance(current, int):
             current_v = current
         else:
             current_v = int(current.split(".")[0])
-        token = base64.urlsafe_b64encode(random.getrandbits(64).to_bytes(8, "big"))
-        return f"{current_v + 1:016}.{token[:11].decode()}"
+        return f"{current_v + 1:032}.{random.random():016}"
 
     # -- writes ------------------------------------------------------------------
 

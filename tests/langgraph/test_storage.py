@@ -108,40 +108,6 @@ async def test_every_state_reads_back_as_langgraph_wrote_it(backend: Backend) ->
         assert await history(chat(fresh), run()) == kept
 
 
-async def test_a_thread_in_langgraphs_version_format_goes_on_in_ours(backend: Backend) -> None:
-    """Versions are compared as text. A thread whose first half was written with
-    LangGraph's own versions (32-digit counters, 51 characters) goes on with
-    tenxstore's 28-character ones, and every turn and the whole history read as on
-    LangGraph's InMemorySaver (which keeps its format throughout): a channel's versions
-    stay ordered across the change, so no node runs or stops wrongly."""
-
-    class LangGraphVersions(TenxCheckpointSaver):
-        get_next_version = InMemorySaver.get_next_version  # type: ignore[assignment]
-
-    cp = await backend.make()
-    before = LangGraphVersions(cp, history_limit=None).for_user("alice")
-    after = TenxCheckpointSaver(cp, history_limit=None).for_user("alice")
-    theirs = chat(InMemorySaver())
-    script = turns()
-    for n, given in enumerate(script):
-        ours = chat(before if n < len(script) // 2 else after)
-        assert await ours.ainvoke({"messages": given}, run()) == await theirs.ainvoke(
-            {"messages": given}, run()
-        )
-    head = await after.aget_tuple(run())
-    assert head is not None
-    versions = head.checkpoint["channel_versions"]
-    assert all(len(v) == 28 for v in versions.values()), versions  # ours, every one
-    older = [
-        v
-        async for t in after.alist(run())
-        for v in t.checkpoint["channel_versions"].values()
-        if len(v) == 51
-    ]
-    assert older, "the first half's checkpoints keep LangGraph's format"
-    assert await history(chat(after), run()) == await history(theirs, run())
-
-
 async def test_a_list_that_grows_is_stored_as_what_it_gained(sql_backend: Backend) -> None:
     cp = await sql_backend.make(enforce_user_isolation=False)
     graph = chat(TenxCheckpointSaver(cp, history_limit=None))
