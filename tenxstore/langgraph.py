@@ -221,7 +221,10 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             raise SerializationError(f"{what} cannot be serialized: {exc}") from exc
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
-        """Monotonic string versions, as LangGraph's own savers make them."""
+        """Monotonic string versions, exactly as LangGraph's own savers make them: they
+        compare versions as text and continue a channel with 32-digit counters, so a
+        thread copied into one of them goes on only with this format (a shorter padding
+        would sort after theirs; tests/langgraph/test_storage.py moves a thread out)."""
         if current is None:
             current_v = 0
         elif isinstance(current, int):

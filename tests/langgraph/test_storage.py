@@ -108,6 +108,36 @@ async def test_every_state_reads_back_as_langgraph_wrote_it(backend: Backend) ->
         assert await history(chat(fresh), run()) == kept
 
 
+async def test_a_thread_moves_to_langgraphs_own_saver_and_goes_on(sql_backend: Backend) -> None:
+    """The way out: every checkpoint of a tenxstore thread put into LangGraph's
+    InMemorySaver in order, with its pending writes; the graph goes on there as on a
+    thread that never left it. Versions must be in LangGraph's format for this: its
+    savers continue a channel with 32-digit counters and compare versions as text (a
+    shorter padding sorts after theirs, and no node would see a channel change)."""
+    script = turns()
+    half = len(script) // 2
+    ours = chat(TenxCheckpointSaver(await sql_backend.make()).for_user("alice"))
+    theirs = chat(InMemorySaver())
+    for given in script[:half]:
+        await ours.ainvoke({"messages": given}, run())
+        await theirs.ainvoke({"messages": given}, run())
+    saver: Any = ours.checkpointer
+    target = InMemorySaver()
+    for t in reversed([t async for t in saver.alist(run())]):  # oldest first
+        parent = t.parent_config or run(checkpoint_ns="")
+        parent = {"configurable": {**parent["configurable"], "thread_id": "t"}}
+        stored = await target.aput(
+            parent, t.checkpoint, t.metadata, dict(t.checkpoint["channel_versions"])
+        )
+        for task_id, channel, value in t.pending_writes or []:
+            await target.aput_writes(stored, [(channel, value)], task_id)
+    moved = chat(target)
+    for given in script[half:]:
+        assert await moved.ainvoke({"messages": given}, run()) == await theirs.ainvoke(
+            {"messages": given}, run()
+        )
+
+
 async def test_a_list_that_grows_is_stored_as_what_it_gained(sql_backend: Backend) -> None:
     cp = await sql_backend.make(enforce_user_isolation=False)
     graph = chat(TenxCheckpointSaver(cp, history_limit=None))
