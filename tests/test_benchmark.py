@@ -105,9 +105,9 @@ def test_encryption_overhead_smoke() -> None:
     """The ~5 KB state workload plain and encrypted, with the raw driver's floor (the
     floor reader checks every state it reads back against the one written)."""
     env = {**os.environ, "TENXSTORE_BENCH_PG_URL": services.pg_url()}
+    script = str(ROOT / "benchmarks" / "encryption_overhead.py")
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "encryption_overhead.py")]
-        + ["--turns", "15", "--runs", "1"],
+        [sys.executable, script, "--turns", "15", "--runs", "1"],
         capture_output=True,
         text=True,
         timeout=300,
