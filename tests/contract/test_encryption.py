@@ -299,6 +299,30 @@ def test_envelopes_differ_and_carry_no_plaintext() -> None:
     assert one != two and MARKER not in one
 
 
+def test_a_text_envelope_opens_whole_under_its_own_key_only() -> None:
+    """The current key's envelopes open by a shortcut, the others' by their key id: a
+    key id that begins another's ("k1", "k10") never takes the other's way; a header
+    changed to name another key, a damaged, truncated or unknown envelope is refused."""
+    a, b = bytes(range(32)), bytes(range(32, 64))
+    ring, other = KeyRing([("k1", a), ("k10", b)]), KeyRing([("k10", b), ("k1", a)])
+    for sealer, opener in ((ring, other), (other, ring), (ring, ring), (other, other)):
+        assert opener.open(sealer.seal(MARKER, "t", "c"), "t", "c") == MARKER
+    by_k10 = other.seal(MARKER, "t", "c")
+    assert by_k10.startswith("!tx1:k10:")
+    relabeled = "!tx1:k1:" + by_k10.removeprefix("!tx1:k10:")
+    body = ring.seal(MARKER, "t", "c").removeprefix("!tx1:k1:")
+    for text, why in (
+        (relabeled, "authentication failed"),  # the header is bound too
+        ("!tx1:k1", "not a tenxstore envelope"),
+        ("!tx2:k1:" + body, "not a tenxstore envelope"),
+        ("!tx1:k1:" + body[:-4] + "%%%%", "damaged envelope"),
+        ("!tx1:k1:AAAAAAAA", "truncated envelope"),
+        ("!tx1:k2:" + body, "not in the key ring"),
+    ):
+        with pytest.raises(DecryptionError, match=why):
+            ring.open(text, "t", "c")
+
+
 async def test_copy_and_export_import_across_plain_and_encrypted_stores(tmp_path: Path) -> None:
     """A LangGraph copy seals the values again for the target thread; an export is
     plaintext, and an import seals under the importing store's key (or none)."""
