@@ -311,7 +311,7 @@ def test_a_text_envelope_opens_whole_under_its_own_key_only() -> None:
     assert by_k10.startswith("!tx1:k10:")
     relabeled = "!tx1:k1:" + by_k10.removeprefix("!tx1:k10:")
     body = ring.seal(MARKER, "t", "c").removeprefix("!tx1:k1:")
-    for text, why in (
+    for stored, why in (
         (relabeled, "authentication failed"),  # the header is bound too
         ("!tx1:k1", "not a tenxstore envelope"),
         ("!tx2:k1:" + body, "not a tenxstore envelope"),
@@ -320,7 +320,7 @@ def test_a_text_envelope_opens_whole_under_its_own_key_only() -> None:
         ("!tx1:k2:" + body, "not in the key ring"),
     ):
         with pytest.raises(DecryptionError, match=why):
-            ring.open(text, "t", "c")
+            ring.open(stored, "t", "c")
 
 
 async def test_copy_and_export_import_across_plain_and_encrypted_stores(tmp_path: Path) -> None:
