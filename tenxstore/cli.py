@@ -37,6 +37,7 @@ from .cache import DEFAULT_KEY_PREFIX, CachedCheckpointer
 from .errors import ConfigError, TenxStoreError
 from .protocol import Checkpointer
 from .repository import CheckpointRepository
+from .rotation import KeyUsage, akey_usage
 from .serde import encode
 from .types import AuthPolicy
 
@@ -252,25 +253,71 @@ async def doctor(
     redis_url: RedisUrl = None,
     key_prefix: KeyPrefix = None,
 ) -> None:
-    """Check the database, its schema and the Redis cache; exit 1 if something is wrong."""
+    """Check the database, its schema, what its values are sealed under (against
+    TENXSTORE_KEYS) and the Redis cache; exit 1 if something is wrong."""
     async with (
         _repo(url, schema, reads_only=True) as repo,
         _cached(repo, redis_url, key_prefix) as cp,
     ):
         health = await cp.acheck()
+        usage = None
+        if health.database_error is None and health.revision == health.head:
+            usage = await akey_usage(repo)
     out.print(f"database  {health.database}")
     out.print(f"schema    {health.revision or '(none)'} (this release needs {health.head})")
+    problems = list(health.problems)
+    if usage is not None:
+        problems += _encryption(repo, usage)
     if health.cache is not None:
         state = "answers" if health.cache_error is None else "fails open"
         out.print(f"cache     {health.cache}: {state}")
         if health.pending_invalidations:
             out.print(f"          {health.pending_invalidations} invalidation(s) pending")
-    if health.ok:
+    if not problems:
         out.print("[green]healthy[/]")
         return
-    for problem in health.problems:
+    for problem in problems:
         out.print(f"[red]problem[/] {problem}", highlight=False)
     raise typer.Exit(1)
+
+
+def _encryption(repo: CheckpointRepository, usage: KeyUsage) -> list[str]:
+    """Print what the values are sealed under; the problems of it (values that no key
+    of TENXSTORE_KEYS opens, plaintext a strict ring refuses)."""
+    keys = repo.keys
+    if keys is None:
+        out.print(f"keys      none (TENXSTORE_KEYS unset); {usage.plaintext:,} value(s) in clear")
+    else:
+        under = ", ".join(f"{n:,} under {key}" for key, n in usage.by_key.items())
+        strict = ", sealed values required" if keys.require_sealed else ""
+        out.print(
+            f"keys      {', '.join(keys.key_ids)} (sealing under {keys.current}{strict}); "
+            f"values: {under}, {usage.plaintext:,} in clear",
+            highlight=False,
+        )
+        behind = sum(n for k, n in usage.by_key.items() if k != keys.current)
+        behind += 0 if keys.require_sealed else usage.plaintext
+        if behind:
+            out.print(
+                f"          {behind:,} value(s) not under {keys.current}: "
+                "`tenxstore rotate-keys` seals them"
+            )
+    problems = []
+    if usage.unknown:
+        named = f"key {usage.unknown_key!r}" if usage.unknown_key else "a key no envelope names"
+        where = "no key ring is configured" if keys is None else "the key ring lacks it"
+        problems.append(
+            f"encryption: {usage.unknown:,} value(s) are sealed under {named} and {where} "
+            "(TENXSTORE_KEYS): reading them fails with DecryptionError"
+        )
+    if keys is not None and keys.require_sealed and usage.plaintext:
+        problems.append(
+            f"encryption: {usage.plaintext:,} value(s) are in clear and the key ring requires "
+            "sealed values: reading them fails. Rows written before encryption was on are "
+            "sealed by `tenxstore rotate-keys` run without TENXSTORE_REQUIRE_SEALED; any "
+            "other plaintext was put there by someone else"
+        )
+    return problems
 
 
 @app.command()
