@@ -231,10 +231,17 @@ class KeyUsage:
 
 
 async def akey_usage(repository: Any) -> KeyUsage:
-    """Count the store's payloads by what they are sealed under: the ring's keys (the
-    repository's ``keys``, which may be None), other keys, or nothing. One statement a
-    table, reading every row of the payload tables (an operator's check, not a hot
-    path)."""
+    """Count the store's payloads by what they are sealed under: the keys of the
+    repository's ring (its ``keys``; None counts every sealed value as unknown), other
+    keys, or nothing.
+
+    One statement a table, each reading every row of the payload tables: an operator's
+    check (``tenxstore doctor``), not a health probe.
+
+    Args:
+        repository: A :class:`~tenxstore.CheckpointRepository`, or a checkpointer
+            wrapping one (``.inner``).
+    """
     store = _store_of(repository)
     keys: KeyRing | None = store.keys
     ring = keys.key_ids if keys is not None else ()
