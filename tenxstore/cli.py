@@ -25,6 +25,7 @@ try:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
     from rich.table import Table
+    from rich.text import Text
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise SystemExit("the tenxstore command needs its extra: pip install 'tenxstore[cli]'") from exc
 
@@ -50,8 +51,11 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-out = Console(soft_wrap=True)  # lines stay whole when piped; tables still fit
-err = Console(stderr=True)
+# Lines stay whole when piped; tables still fit. No markup: what is printed holds ids,
+# names and errors of the user's data, and rich would take "[/]" in them for a tag (and
+# fail) or "[bold]" for a style; tenxstore's own colours are given as styles.
+out = Console(soft_wrap=True, markup=False)
+err = Console(stderr=True, markup=False)
 
 
 class OnConflict(enum.Enum):
@@ -209,7 +213,7 @@ async def _with(
 async def upgrade(url: Url = DEFAULT_URL, schema: Schema = None) -> None:
     """Migrate the database to the newest schema (creating it when absent)."""
     await _with(url, schema, lambda repo: repo.asetup(), reads_only=False)
-    out.print(f"[green]at head[/] ({migrate.head_revision()})")
+    out.print(Text.assemble(("at head", "green"), f" ({migrate.head_revision()})"))
 
 
 @app.command()
@@ -240,9 +244,9 @@ async def current(url: Url = DEFAULT_URL, schema: Schema = None) -> None:
     head = migrate.head_revision()
     out.print(f"current: {revision or '(none)'}\nhead:    {head}")
     if revision != head:
-        out.print("[yellow]behind: run `tenxstore upgrade`[/]")
+        out.print("behind: run `tenxstore upgrade`", style="yellow")
         raise typer.Exit(1)
-    out.print("[green]up to date[/]")
+    out.print("up to date", style="green")
 
 
 @app.command()
@@ -274,10 +278,10 @@ async def doctor(
         if health.pending_invalidations:
             out.print(f"          {health.pending_invalidations} invalidation(s) pending")
     if not problems:
-        out.print("[green]healthy[/]")
+        out.print("healthy", style="green")
         return
     for problem in problems:
-        out.print(f"[red]problem[/] {problem}", highlight=False)
+        out.print(Text.assemble(("problem", "red"), f" {problem}"), highlight=False)
     raise typer.Exit(1)
 
 

@@ -66,7 +66,7 @@ def _sample(result: DeleteResult) -> Table:
 
 
 def _bar(what: str) -> Progress:
-    return Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), console=err)
+    return Progress(TextColumn(what, markup=False), BarColumn(), MofNCompleteColumn(), console=err)
 
 
 @command

@@ -86,6 +86,9 @@ CHECKPOINT = "lg_checkpoints.checkpoint"
 WRITE = "lg_writes.value"
 BLOB = "lg_blobs.blob"
 EXPORT = "export"  # a sealed line of an export file (tenxstore export --sealed)
+# The columns whose associated-data prefix a ring keeps (a cache entry's "column" names
+# its version and key too: one of its own per entry, never kept).
+_KEPT_PREFIXES = frozenset((STATE, META, MESSAGE, ARGS, RESULT, ERROR, NAME, METADATA, EXPORT))
 _MARK = "!"
 _VERSION = "tx1"
 _HEAD = f"{_MARK}{_VERSION}:"
@@ -102,12 +105,14 @@ def is_sealed(text: str) -> bool:
 
 
 def sealed_key_id(text: str) -> str | None:
-    """The key id an envelope names; None for plaintext (or an envelope too damaged to
-    name one)."""
+    """The key id an envelope names; None for plaintext, or for an envelope too damaged
+    to name one — what stands where a key id should is not a key id's characters (it is
+    then never repeated in an error or a report: it may be a stored value's text)."""
     if not text.startswith(_HEAD):
         return None
-    end = text.find(":", len(_HEAD))
-    return text[len(_HEAD) : end] if end > 0 else None
+    end = text.find(":", len(_HEAD), len(_HEAD) + 65)
+    key_id = text[len(_HEAD) : end] if end > 0 else ""
+    return key_id if _KEY_ID.fullmatch(key_id) else None
 
 
 def _thread_tag(thread_id: Any) -> bytes:
@@ -211,12 +216,12 @@ class KeyRing:
             raw = _decode_key(key_id, key)
             self._ciphers[key_id] = AESGCM(raw)
             self._pairs.append((key_id, raw))
-        self.current: str = pairs[0][0]
-        """The id of the key that seals."""
-        self._head = f"{_HEAD}{self.current}:"
-        self._sealer = self._ciphers[self.current]
+        self._current: str = pairs[0][0]
+        self._head = f"{_HEAD}{self._current}:"
+        self._sealer = self._ciphers[self._current]
         # (header, column) -> the associated data's bytes before the thread id: a read
-        # joins one piece to it. Bounded: headers of this ring's keys, tenxstore's columns.
+        # joins one piece to it. Bounded: the headers of this ring's keys (a header is
+        # looked up only once its key is found in the ring), the columns of _KEPT_PREFIXES.
         self._prefixes: dict[tuple[str, str], bytes] = {}
 
     @classmethod
@@ -260,6 +265,12 @@ class KeyRing:
     def generate_key() -> str:
         """A new random key as base64 text, for ``TENXSTORE_KEYS``."""
         return binascii.b2a_base64(os.urandom(_KEY_BYTES), newline=False).decode("ascii")
+
+    @property
+    def current(self) -> str:
+        """The id of the key that seals (the first; a ring's keys are fixed when it is
+        made: a new ring changes them)."""
+        return self._current
 
     @property
     def key_ids(self) -> tuple[str, ...]:
@@ -315,12 +326,14 @@ class KeyRing:
     def _prefix(self, head: str, column: str) -> bytes:
         found = self._prefixes.get((head, column))
         if found is None:
-            found = self._prefixes[(head, column)] = _aad_prefix(head, column)
+            found = _aad_prefix(head, column)
+            if column in _KEPT_PREFIXES:
+                self._prefixes[(head, column)] = found
         return found
 
     def _open_envelope(self, text: str, thread_id: Any, column: str) -> bytes:
         if text.startswith(self._head):  # the current key's: most reads
-            key_id, head, cipher = self.current, self._head, self._sealer
+            key_id, head, cipher = self._current, self._head, self._sealer
         else:
             found = sealed_key_id(text)
             if found is None:

@@ -364,6 +364,32 @@ def test_listings_say_when_there_is_nothing_and_print_one_time_format(tmp_path: 
     assert "``" not in invoke("history", "--help").output
 
 
+def test_what_the_data_holds_is_printed_as_it_is(tmp_path: Path) -> None:
+    """Ids, names and errors are the user's data: rich markup in them ("[/]" would be a
+    closing tag with nothing to close; "[bold]" a style) is printed as written, by every
+    command, bars included."""
+    args = ["--url", f"sqlite:///{tmp_path / 'markup.db'}"]
+    name, user = "[/][b]x", "[red]u"  # short: the table's columns fit them whole
+
+    async def write() -> None:
+        async with repo_for(args) as repo:
+            await repo.asetup()
+            config = {"thread_id": "[/]t", "user_id": user}
+            await repo.aput_thread(config, name=name)
+            await repo.aput_checkpoint(config, {"n": 1}, [{"content": "[/]"}])
+            await repo.arun_tool_once(config, "[/]call", "[/]tool", {"q": 1}, lambda q: q)
+
+    asyncio.run(write())
+    listed = invoke("threads", *args)
+    assert listed.exit_code == 0 and name in listed.output and user in listed.output
+    shown = invoke("show", "[/]t", "--user", user, *args)
+    assert shown.exit_code == 0 and "[/]tool" in shown.output, shown.output
+    assert invoke("history", "[/]t", *args).exit_code == 0
+    assert invoke("stats", *args).exit_code == 0
+    erased = invoke("delete-user", user, "--yes", *args)
+    assert erased.exit_code == 0, erased.output
+
+
 def test_version_downgrade_and_doctor(tmp_path: Path) -> None:
     assert invoke("--version").output.strip() == f"tenxstore {tenxstore.__version__}"
     db = ["--url", f"sqlite:///{tmp_path / 'd.db'}"]

@@ -299,6 +299,30 @@ def test_envelopes_differ_and_carry_no_plaintext() -> None:
     assert one != two and MARKER not in one
 
 
+def test_a_damaged_envelope_repeats_none_of_its_text() -> None:
+    """What stands where a key id should is repeated in an error only when it is a key
+    id: otherwise it may be a stored value's text (a secret, megabytes of it)."""
+    ring = KeyRing([("k1", bytes(32))])
+    for stored in ("!tx1:password=hunter2 card:rest", "!tx1:" + "s" * 65 + ":x", "!tx1::x"):
+        with pytest.raises(DecryptionError, match="not a tenxstore envelope") as caught:
+            ring.open(stored, "t", "c")
+        assert caught.value.key_id is None and "hunter2" not in str(caught.value)
+    assert tenxstore.crypto.sealed_key_id("!tx1:" + "s" * 64 + ":x") == "s" * 64
+
+
+def test_a_rings_memory_does_not_grow_with_what_it_opens() -> None:
+    """The associated data's prefix is kept for tenxstore's columns only: a cache entry
+    is bound to a column of its own (its version and key), one per entry."""
+    ring = KeyRing([("k1", bytes(32))])
+    for n in range(50):
+        column = f"cache:1:{n}:state_cache:store:t:u"
+        assert ring.open(ring.seal(MARKER, "t", column), "t", column) == MARKER
+        assert ring.open(ring.seal(MARKER, "t", "states.state_data"), "t", "states.state_data")
+    assert len(ring._prefixes) == 1  # states.state_data's
+    with pytest.raises(AttributeError):
+        ring.current = "other"  # type: ignore[misc]  # fixed when the ring is made
+
+
 def test_a_text_envelope_opens_whole_under_its_own_key_only() -> None:
     """The current key's envelopes open by a shortcut, the others' by their key id: a
     key id that begins another's ("k1", "k10") never takes the other's way; a header
