@@ -36,9 +36,9 @@ from . import __version__, archive, migrate
 from .backends import async_url
 from .cache import DEFAULT_KEY_PREFIX, CachedCheckpointer
 from .errors import ConfigError, TenxStoreError
+from .keyusage import KeyUsage, akey_usage
 from .protocol import Checkpointer
 from .repository import CheckpointRepository
-from .rotation import KeyUsage, akey_usage
 from .serde import encode
 from .types import AuthPolicy
 
@@ -286,18 +286,25 @@ async def doctor(
 
 
 def _encryption(repo: CheckpointRepository, usage: KeyUsage) -> list[str]:
-    """Print what the values are sealed under; the problems of it (values that no key
-    of TENXSTORE_KEYS opens, plaintext a strict ring refuses)."""
+    """Print what the values are sealed under; the problems of it: values no key of
+    TENXSTORE_KEYS opens (under keys it lacks, damaged, or under a key of its id that
+    is not the key that sealed them), plaintext a strict ring refuses."""
     keys = repo.keys
+    missing = ", ".join(f"{n:,} under {key} (not in the ring)" for key, n in usage.unknown.items())
+    damaged = f"{usage.unnamed:,} naming no key" if usage.unnamed else ""
+    elsewhere = ", ".join(part for part in (missing, damaged) if part)
     if keys is None:
-        out.print(f"keys      none (TENXSTORE_KEYS unset); {usage.plaintext:,} value(s) in clear")
+        sealed = f"; {elsewhere}" if elsewhere else ""
+        out.print(
+            f"keys      none (TENXSTORE_KEYS unset); {usage.plaintext:,} value(s) in clear{sealed}"
+        )
     else:
         under = ", ".join(f"{n:,} under {key}" for key, n in usage.by_key.items())
         strict = ", sealed values required" if keys.require_sealed else ""
+        more = f", {elsewhere}" if elsewhere else ""
         out.print(
             f"keys      {', '.join(keys.key_ids)} (sealing under {keys.current}{strict}); "
-            f"values: {under}, {usage.plaintext:,} in clear",
-            highlight=False,
+            f"values: {under}, {usage.plaintext:,} in clear{more}"
         )
         behind = sum(n for k, n in usage.by_key.items() if k != keys.current)
         behind += 0 if keys.require_sealed else usage.plaintext
@@ -308,12 +315,28 @@ def _encryption(repo: CheckpointRepository, usage: KeyUsage) -> list[str]:
             )
     problems = []
     if usage.unknown:
-        named = f"key {usage.unknown_key!r}" if usage.unknown_key else "a key no envelope names"
-        where = "no key ring is configured" if keys is None else "the key ring lacks it"
+        named = ", ".join(repr(key) for key in usage.unknown)
+        where = "no key ring is configured" if keys is None else "the key ring lacks them"
         problems.append(
-            f"encryption: {usage.unknown:,} value(s) are sealed under {named} and {where} "
-            "(TENXSTORE_KEYS): reading them fails with DecryptionError"
+            f"encryption: {sum(usage.unknown.values()):,} value(s) are sealed under "
+            f"{named} and {where} (TENXSTORE_KEYS): reading them fails with DecryptionError"
         )
+    if usage.unnamed:
+        problems.append(
+            f"encryption: {usage.unnamed:,} value(s) look sealed but name no key "
+            "(damaged envelopes): reading them fails with DecryptionError"
+        )
+    for key, failed in usage.unopened.items():
+        if failed:
+            why = (
+                "is not the key that sealed them (another key under the same id?)"
+                if failed == usage.tried[key]
+                else "opens some but not these (tampered, or moved from another row?)"
+            )
+            problems.append(
+                f"encryption: {failed} of {usage.tried[key]} value(s) sealed under "
+                f"{key!r} that were tried do not open: the ring's key {key!r} {why}"
+            )
     if keys is not None and keys.require_sealed and usage.plaintext:
         problems.append(
             f"encryption: {usage.plaintext:,} value(s) are in clear and the key ring requires "

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import String, and_, bindparam, case, func, not_, or_, select, tuple_, update
+from sqlalchemy import String, and_, bindparam, func, not_, or_, select, tuple_, update
 from sqlalchemy.sql import ColumnElement
 
 from .crypto import (
@@ -37,20 +37,11 @@ from .crypto import (
     STATE,
     WRITE,
     KeyRing,
-    _bytes_key_id,
-    sealed_key_id,
 )
 from .errors import ConfigError
 from .validate import check_count
 
-__all__ = [
-    "DEFAULT_ROTATION_BATCH",
-    "KeyUsage",
-    "RotationResult",
-    "akey_usage",
-    "arotate_keys",
-    "astale_rows",
-]
+__all__ = ["DEFAULT_ROTATION_BATCH", "RotationResult", "arotate_keys", "astale_rows"]
 
 DEFAULT_ROTATION_BATCH = 500
 MAX_PASSES = 5
@@ -203,111 +194,6 @@ async def astale_rows(repository: Any) -> int:
     store, keys = _store_and_keys(repository)
     await store.ensure_ready()
     return await _count_stale(store, keys)
-
-
-@dataclass(frozen=True)
-class KeyUsage:
-    """What a store's payloads are sealed under, counted (``tenxstore doctor``).
-
-    Attributes:
-        plaintext: Values not sealed (written before encryption was turned on).
-        by_key: Values sealed under each key of the ring, every key id of it (0s
-            included), the current first; empty without a ring.
-        unknown: Values sealed under a key the ring does not hold — without a ring,
-            every sealed value: reading one raises ``DecryptionError``.
-        unknown_key: A key id such a value names (None when there is none, or when
-            its envelope is too damaged to name one).
-    """
-
-    plaintext: int
-    by_key: dict[str, int]
-    unknown: int
-    unknown_key: str | None
-
-    @property
-    def sealed(self) -> int:
-        """Values sealed under any key."""
-        return sum(self.by_key.values()) + self.unknown
-
-
-async def akey_usage(repository: Any) -> KeyUsage:
-    """Count the store's payloads by what they are sealed under: the keys of the
-    repository's ring (its ``keys``; None counts every sealed value as unknown), other
-    keys, or nothing.
-
-    One statement a table, each reading every row of the payload tables: an operator's
-    check (``tenxstore doctor``), not a health probe.
-
-    Args:
-        repository: A :class:`~tenxstore.CheckpointRepository`, or a checkpointer
-            wrapping one (``.inner``).
-    """
-    store = _store_of(repository)
-    keys: KeyRing | None = store.keys
-    ring = keys.key_ids if keys is not None else ()
-    await store.ensure_ready()
-    plaintext = unknown = 0
-    by_key = dict.fromkeys(ring, 0)
-    sample: tuple[Any, Any, Any, bool] | None = None  # a value sealed under another key
-    for name in TABLES:
-        table = getattr(store.tables, name)
-        _, texts, typed = _TABLES[name]
-        # (value, plaintext, sealed, {key id: sealed under it}, typed) for each column
-        checks: list[tuple[Any, Any, Any, dict[str, Any], bool]] = []
-        for column, _ in texts:
-            value = table.c[column]
-            is_sealed = func.substr(value, 1, 1) == "!"
-            plain = and_(value.is_not(None), not_(is_sealed))
-            checks.append(
-                (value, plain, is_sealed, {k: _text_under(value, k) for k in ring}, False)
-            )
-        if typed is not None:
-            data = table.c[typed[0]]
-            is_sealed = table.c.type.startswith("!", autoescape=True)
-            under = {k: and_(is_sealed, _bytes_under(data, k)) for k in ring}
-            checks.append((data, not_(is_sealed), is_sealed, under, True))
-        columns = []
-        for _, plain, is_sealed, under, _ in checks:
-            columns += [_count(plain), _count(is_sealed), *(_count(c) for c in under.values())]
-        counts = [int(n) for n in (await store.read(select(*columns).select_from(table)))[0]]
-        for value, _, is_sealed, under, is_typed in checks:
-            found_plain, found_sealed, *found_under = counts[: 2 + len(under)]
-            counts = counts[2 + len(under) :]
-            plaintext += found_plain
-            for key_id, n in zip(under, found_under, strict=True):
-                by_key[key_id] += n
-            elsewhere = found_sealed - sum(found_under)
-            unknown += elsewhere
-            if elsewhere and sample is None:
-                clause = and_(is_sealed, *(not_(c) for c in under.values()))
-                sample = (table, value, clause, is_typed)
-    return KeyUsage(plaintext, by_key, unknown, await _a_key_id(store, sample))
-
-
-def _text_under(value: Any, key_id: str) -> Any:
-    head = f"!tx1:{key_id}:"  # substr and =: exact on every database (see _stale)
-    return func.substr(value, 1, len(head)) == bindparam(None, head, type_=String())
-
-
-def _bytes_under(data: Any, key_id: str) -> Any:
-    marker = b"tx1" + bytes([len(key_id)]) + key_id.encode()
-    return func.substr(data, 1, len(marker)) == bindparam(None, marker, type_=data.type)
-
-
-def _count(clause: Any) -> Any:
-    return func.coalesce(func.sum(case((clause, 1), else_=0)), 0)
-
-
-async def _a_key_id(store: Any, sample: tuple[Any, Any, Any, bool] | None) -> str | None:
-    """The key id that one value sealed under no key of the ring names."""
-    if sample is None:
-        return None
-    table, value, clause, typed = sample
-    rows = await store.read(select(value).select_from(table).where(clause).limit(1))
-    if not rows:
-        return None  # rewritten since it was counted
-    found = rows[0][0]
-    return _bytes_key_id(bytes(found)) if typed else sealed_key_id(found)
 
 
 async def _count_stale(store: Any, keys: KeyRing) -> int:

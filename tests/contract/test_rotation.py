@@ -13,7 +13,7 @@ from sqlalchemy import text
 import tenxstore
 from tenxstore import ConfigError, DecryptionError, KeyRing, StaleStateError
 from tenxstore.langgraph import TenxCheckpointSaver
-from tenxstore.rotation import akey_usage, arotate_keys, astale_rows
+from tenxstore.rotation import arotate_keys, astale_rows
 from tests.conftest import backend_for, cfg
 from tests.contract.test_encryption import MARKER, chat, raw_cells, write_everything
 
@@ -160,68 +160,3 @@ async def test_rotation_tells_key_ids_apart_by_case(tmp_path: Path) -> None:
         assert await astale_rows(cp) == 2  # the state and the message
         with pytest.raises(DecryptionError, match="'KEY'"):
             await arotate_keys(cp)  # it reads them, and cannot open them: not "done"
-
-
-@pytest.mark.parametrize("name", ["sqlite", "postgresql", "mariadb"])
-async def test_key_usage_counts_what_every_value_is_sealed_under(name: str, tmp_path: Path) -> None:
-    """Values in clear, under each key of the ring, under a key it lacks (named);
-    after a rotation, every one under the current key."""
-    async with backend_for(name, tmp_path) as backend:
-        await write_everything(await backend.make(), "plain")
-        clear = await akey_usage(await backend.make())
-        assert clear.plaintext > 10 and clear.by_key == {} and clear.unknown == 0
-        await write_everything(await backend.make(keys=OLD), "sealed")
-        usage = await akey_usage(await backend.make(keys=NEW))
-        assert usage.plaintext == clear.plaintext and usage.by_key["new"] == 0
-        sealed = usage.by_key["old"]
-        assert sealed > 10 and usage.unknown == 0 and usage.unknown_key is None
-        # rows, each with one value or more of them
-        assert 0 < await astale_rows(await backend.make(keys=NEW)) <= clear.plaintext + sealed
-        for ring in (ONLY_NEW, None):
-            lacking = await akey_usage(await backend.make(keys=ring))
-            assert (lacking.unknown, lacking.unknown_key) == (sealed, "old")
-            assert lacking.plaintext == clear.plaintext
-        assert (await arotate_keys(await backend.make(keys=NEW))).done
-        after = await akey_usage(await backend.make(keys=ONLY_NEW))
-        assert after.by_key == {"new": clear.plaintext + sealed}
-        assert (after.plaintext, after.unknown) == (0, 0)
-
-
-def test_doctor_says_what_values_are_sealed_under(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Values no key of TENXSTORE_KEYS opens (no ring at all, or a ring without their
-    key), and plaintext under a strict ring, are problems; values a rotation would
-    seal again are said, and are not."""
-    from tests.test_cli import fill, invoke
-
-    args = ["--url", f"sqlite:///{tmp_path / 'doctor.db'}"]
-    old, new = KeyRing.generate_key(), KeyRing.generate_key()
-    monkeypatch.delenv("TENXSTORE_KEYS", raising=False)
-    fill(args, threads=1, turns=2)  # in clear
-    clear = invoke("doctor", *args)
-    assert clear.exit_code == 0 and "in clear" in clear.output, clear.output
-    monkeypatch.setenv("TENXSTORE_KEYS", f"old:{old}")
-    fill(args, threads=2, turns=2)  # thread-1 sealed under "old" (thread-0 written again)
-    monkeypatch.setenv("TENXSTORE_KEYS", f"new:{new},old:{old}")
-    mixed = invoke("doctor", *args)
-    assert mixed.exit_code == 0 and "healthy" in mixed.output, mixed.output
-    assert "not under new" in mixed.output and "rotate-keys" in mixed.output
-    for env in ({"TENXSTORE_KEYS": f"new:{new}"}, {}):
-        monkeypatch.delenv("TENXSTORE_KEYS")
-        for key, value in env.items():
-            monkeypatch.setenv(key, value)
-        lacking = invoke("doctor", *args)
-        assert lacking.exit_code == 1 and "key 'old'" in lacking.output, lacking.output
-        assert "DecryptionError" in lacking.output
-    monkeypatch.setenv("TENXSTORE_KEYS", f"new:{new},old:{old}")
-    monkeypatch.setenv("TENXSTORE_REQUIRE_SEALED", "1")
-    strict = invoke("doctor", *args)
-    assert strict.exit_code == 1 and "requires sealed values" in strict.output, strict.output
-    monkeypatch.delenv("TENXSTORE_REQUIRE_SEALED")
-    assert invoke("rotate-keys", *args).exit_code == 0
-    monkeypatch.setenv("TENXSTORE_KEYS", f"new:{new}")
-    monkeypatch.setenv("TENXSTORE_REQUIRE_SEALED", "1")
-    done = invoke("doctor", *args)
-    assert done.exit_code == 0 and "healthy" in done.output, done.output
-    assert "0 in clear" in done.output and "not under" not in done.output
