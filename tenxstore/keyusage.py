@@ -93,6 +93,7 @@ class _Column:
     typed: bool
     sealed: Any = None  # the clause: looks sealed
     elsewhere: int = 0  # sealed under no key of the ring
+    under_ring: dict[str, int] = field(default_factory=dict)  # values under each ring key
 
     def __post_init__(self) -> None:
         if self.typed:
@@ -113,6 +114,7 @@ class _Column:
         return func.substr(self.value, 1, len(head)) == bindparam(None, head, type_=String())
 
     def plain(self) -> Any:
+        """The clause: a value there, in clear."""
         return not_(self.sealed) if self.typed else and_(self.value.is_not(None), not_(self.sealed))
 
 
@@ -142,6 +144,7 @@ async def akey_usage(repository: Any) -> KeyUsage:
             plaintext += plain
             for key_id, n in zip(ring, under, strict=True):
                 by_key[key_id] += n
+            c.under_ring = dict(zip(ring, under, strict=True))
             c.elsewhere = sealed - sum(under)
     unknown = await _name_missing(store, [c for c in columns if c.elsewhere], ring)
     unnamed = sum(c.elsewhere for c in columns) - sum(unknown.values())
@@ -182,8 +185,9 @@ async def _name_missing(
     store: Any, columns: list[_Column], ring: tuple[str, ...]
 ) -> dict[str, int]:
     """The keys the ring lacks that values are sealed under, and how many each: their
-    ids read off a few values at a time, each key found then left out of the next
-    look, until a look finds no new one (or :data:`MAX_NAMED` are named)."""
+    ids read off up to 64 values at a time, each key found then left out of the next
+    look, until a look finds no new one (or :data:`MAX_NAMED` are named; a key whose
+    values all lie beyond 64 damaged envelopes of one column is counted ``unnamed``)."""
     named: dict[str, int] = {}
     for c in columns:
         while len(named) < MAX_NAMED:
@@ -222,6 +226,8 @@ async def _try(
     for c in columns:
         wanted = [c.table.c.thread_id, c.value] + ([c.table.c.type] if c.typed else [])
         for key_id in keys.key_ids:
+            if not c.under_ring.get(key_id):
+                continue  # none there: no scan for it
             rows = await store.read(select(*wanted).where(c.under(key_id)).limit(TRIED))
             for row in rows:
                 tried[key_id] += 1
