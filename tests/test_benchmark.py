@@ -21,7 +21,8 @@ PG_SAVER, SQLITE_SAVER, PLOTS = (
 )
 
 
-def run_benchmark(script: str, *args: str) -> None:
+def run_benchmark(script: str, *args: str) -> str:
+    """Run a benchmark on the test services; what it printed."""
     env = {
         **os.environ,
         "TENXSTORE_BENCH_PG_URL": services.pg_url(),
@@ -36,6 +37,7 @@ def run_benchmark(script: str, *args: str) -> None:
         env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
 
 
 @pytest.mark.slow
@@ -104,16 +106,7 @@ def test_telemetry_overhead_smoke() -> None:
 def test_encryption_overhead_smoke() -> None:
     """The ~5 KB state workload plain and encrypted, with the raw driver's floor (the
     floor reader checks every state it reads back against the one written)."""
-    env = {**os.environ, "TENXSTORE_BENCH_PG_URL": services.pg_url()}
-    script = str(ROOT / "benchmarks" / "encryption_overhead.py")
-    done = subprocess.run(
-        [sys.executable, script, "--turns", "15", "--runs", "1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    printed = run_benchmark("encryption_overhead.py", "--turns", "15", "--runs", "1")
     for database in ("PostgreSQL", "SQLite file"):
-        assert f"\n{database}: median of 1 run(s)" in done.stdout
-    assert done.stdout.count("the floor read's opening costs") == 2
+        assert f"\n{database}: median of 1 run(s)" in printed
+    assert printed.count("the floor read's opening costs") == 2
