@@ -29,8 +29,8 @@ from .rotation import _TABLES, TABLES, _store_of
 __all__ = ["KeyUsage", "akey_usage"]
 
 TRIED = 3
-"""Values of each key of the ring opened per column (the newest rows' order is not
-asked for: any rows)."""
+"""Values of each key of the ring opened per column (any of them: no order is asked
+for)."""
 MAX_NAMED = 32
 """Keys the ring lacks named at most (the values under any further one count as
 ``unnamed``)."""
