@@ -54,6 +54,8 @@ class PgCheckpointer(CachedCheckpointer):
         pool_mode: ``"transaction"`` behind a transaction-pooling PgBouncer.
         keys: The key ring that seals every payload and cache entry (``None``: read
             ``TENXSTORE_KEYS``; unset, stored in clear). See docs/encryption.md.
+        redis_timeout: Bound on every Redis call, in seconds (past it the call fails
+            open to the database; see ``CachedCheckpointer``).
 
     Raises:
         ValueError: The PostgreSQL side or the Redis side is missing, or an argument
@@ -81,6 +83,7 @@ class PgCheckpointer(CachedCheckpointer):
         lock_timeout: float | None = 30.0,
         pool_mode: PoolMode = "session",
         keys: KeyRing | None = None,
+        redis_timeout: float = 0.25,
     ) -> None:
         if (postgres_dsn is None) == (pg_pool is None):
             raise ConfigError("PgCheckpointer needs exactly one of postgres_dsn= or pg_pool=")
@@ -128,6 +131,7 @@ class PgCheckpointer(CachedCheckpointer):
             cache_ttl=cache_ttl,
             key_prefix=key_prefix,
             redis_options=redis_pool_config or None,
+            redis_timeout=redis_timeout,
         )
 
 
@@ -145,6 +149,8 @@ class SqliteCheckpointer(_OptionalCache):
             the store's id; a prefix you pass is used verbatim).
         lock_timeout: Seconds a writer waits for the database's write lock.
         keys: The key ring that seals every payload (see ``CheckpointRepository``).
+        redis_timeout: Bound on every Redis call, in seconds, with a cache (past it
+            the call fails open to the database; see ``CachedCheckpointer``).
     """
 
     def __init__(
@@ -160,6 +166,7 @@ class SqliteCheckpointer(_OptionalCache):
         key_prefix: str = DEFAULT_KEY_PREFIX,
         lock_timeout: float | None = 30.0,
         keys: KeyRing | None = None,
+        redis_timeout: float = 0.25,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
             raise ConfigError(f"path must be a file path or a sqlite:/// URL, not {path!r}")
@@ -180,7 +187,12 @@ class SqliteCheckpointer(_OptionalCache):
             keys=keys,
         )
         super().__init__(
-            repository, redis=redis, redis_url=redis_url, cache_ttl=cache_ttl, key_prefix=key_prefix
+            repository,
+            redis=redis,
+            redis_url=redis_url,
+            cache_ttl=cache_ttl,
+            key_prefix=key_prefix,
+            redis_timeout=redis_timeout,
         )
 
 

@@ -357,6 +357,10 @@ async def test_pg_checkpointer_arguments(redis_url: str, pg_url: str) -> None:
         PgCheckpointer(postgres_dsn=pg_url, redis_url=redis_url, state_history_limit=0)
     with pytest.raises(ValueError):
         SqliteCheckpointer("x.db", cache_ttl=-1)
+    with pytest.raises(ValueError, match="redis_timeout"):
+        PgCheckpointer(postgres_dsn=pg_url, redis_url=redis_url, redis_timeout=0)
+    with pytest.raises(ValueError, match="redis_timeout"):
+        SqliteCheckpointer("x.db", redis_url=redis_url, redis_timeout=-1)
 
 
 @pytest.mark.parametrize("how", ["dsn", "engine", "asyncpg_pool", "redis_pool"])
@@ -408,8 +412,8 @@ async def test_pg_checkpointer_end_to_end(how: str, pg_url: str, redis_url: str)
 async def test_sqlite_checkpointer_with_redis(
     tmp_path: Path, redis_url: str, redis_client: Redis
 ) -> None:
-    async with SqliteCheckpointer(
-        tmp_path / "s.db", redis_url=redis_url, key_prefix="cachetest"
+    async with SqliteCheckpointer(  # a generous bound: see the wrap fixture
+        tmp_path / "s.db", redis_url=redis_url, key_prefix="cachetest", redis_timeout=2.0
     ) as cp:
         await cp.asetup()
         await cp.aput_state(cfg(), {"x": 1})

@@ -76,14 +76,12 @@ async def test_one_store_reached_two_ways_shares_its_entries(
 ) -> None:
     schema = schemas[0]
     other_host = pg_url.replace("127.0.0.1", "localhost")
-    direct = PgCheckpointer(postgres_dsn=pg_url, redis_url=redis_url, schema=schema)
-    by_name = PgCheckpointer(postgres_dsn=other_host, redis_url=redis_url, schema=schema)
-    pooled = PgCheckpointer(
-        postgres_dsn=services.pgbouncer_url(),
-        redis_url=redis_url,
-        schema=schema,
-        pool_mode="transaction",
-    )
+    # A generous Redis bound (the preset's 0.25 s can pass on a loaded machine, and the
+    # read would fail open to the database: not the miss under test).
+    slow = {"redis_url": redis_url, "schema": schema, "redis_timeout": 2.0}
+    direct = PgCheckpointer(postgres_dsn=pg_url, **slow)
+    by_name = PgCheckpointer(postgres_dsn=other_host, **slow)
+    pooled = PgCheckpointer(postgres_dsn=services.pgbouncer_url(), pool_mode="transaction", **slow)
     made += [direct, by_name, pooled]
     await direct.asetup()
     await direct.aput_state(cfg(), {"n": 1})
