@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import time
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -137,50 +138,63 @@ async def until_expired(record: ToolExecution) -> None:
     await asyncio.sleep(max(0.0, left) + 0.02)  # the lease is a time: let it pass
 
 
+Live = list[ToolExecution | None]
+
+
+async def with_a_live_claim(
+    backend: Backend, scenario: Callable[[Any, str, Live], Awaitable[None]]
+) -> None:
+    """Run ``scenario(cp, call, live)``, whose checks need the claim it appends to
+    ``live`` to be live (``None`` appended: those checks are done). A machine so busy
+    that the claim's lease ended before them proves nothing: the scenario runs again
+    with a lease four times as long — only then; any other failure fails the test."""
+    lease = await lease_for(backend)
+    for attempt in range(3):
+        cp = await backend.make(tool_lease_seconds=lease)
+        live: Live = []
+        try:
+            await scenario(cp, f"call-{attempt}", live)
+            return
+        except (AssertionError, pytest.fail.Exception):
+            claim = live[-1] if live else None
+            if claim is None or claim.lease_expires_at is None:
+                raise  # no claim to blame, or its checks were done
+            if datetime.now(timezone.utc) < claim.lease_expires_at:
+                raise  # the claim was still live: a real failure
+            lease *= 4
+    pytest.fail("the claim's lease ended before its checks three times over, at 16x")
+
+
 async def test_an_expired_lease_is_taken_over(backend: Backend) -> None:
-    cp = await backend.make(tool_lease_seconds=await lease_for(backend))
-    first = await cp.abegin_tool_execution(cfg(), "slow", "crawl", {"url": "u"})
+    await with_a_live_claim(backend, _take_over_scenario)
+
+
+async def _take_over_scenario(cp: Any, call: str, live: Live) -> None:
+    first = await cp.abegin_tool_execution(cfg(), call, "crawl", {"url": "u"})
+    live.append(first)
     with pytest.raises(ToolExecutionInProgress) as err:
-        await cp.abegin_tool_execution(cfg(), "slow", "crawl", {"url": "u"})
-    assert err.value.tool_call_id == "slow"
+        await cp.abegin_tool_execution(cfg(), call, "crawl", {"url": "u"})
+    live.append(None)
+    assert err.value.tool_call_id == call
     assert err.value.lease_expires_at == first.lease_expires_at
     await until_expired(first)
-    second = await cp.abegin_tool_execution(cfg(), "slow", "crawl", {"url": "u"})
+    second = await cp.abegin_tool_execution(cfg(), call, "crawl", {"url": "u"})
     assert (second.status, second.attempts) == ("started", 2)
-    done = await cp.acomplete_tool_execution(cfg(), "slow", "page", attempt=second.attempts)
+    done = await cp.acomplete_tool_execution(cfg(), call, "page", attempt=second.attempts)
     assert (done.attempts, done.result) == (2, "page")
 
 
 async def test_a_stale_worker_never_frees_a_live_claim(backend: Backend) -> None:
-    """Worker A's late outcome, naming its attempt, is refused while B's claim is live.
-
-    B's claim must outlive A's late calls and the checks after them: a machine so busy
-    that B's lease ended first proves nothing (A's late success is then rightly the first
-    success), and the scenario runs again with a longer lease — only then; any other
-    failure fails the test."""
-    lease = await lease_for(backend)
-    for attempt in range(3):
-        cp = await backend.make(tool_lease_seconds=lease)
-        claims: list[ToolExecution] = []
-        try:
-            await _stale_attempt_scenario(cp, f"pay-{attempt}", claims)
-            return
-        except (AssertionError, pytest.fail.Exception):
-            b = claims[1] if len(claims) == 2 else None  # a third: past B's live checks
-            if b is None or b.lease_expires_at is None:
-                raise
-            if datetime.now(timezone.utc) < b.lease_expires_at:
-                raise  # B's claim was still live: a real failure
-            lease *= 4
-    pytest.fail("B's lease ended before the checks three times over, at 16x the lease")
+    """Worker A's late outcome, naming its attempt, is refused while B's claim is live;
+    once B's lease ends too, A's late success is the first success."""
+    await with_a_live_claim(backend, _stale_attempt_scenario)
 
 
-async def _stale_attempt_scenario(cp: Any, call: str, claims: list[ToolExecution]) -> None:
+async def _stale_attempt_scenario(cp: Any, call: str, live: Live) -> None:
     a = await cp.abegin_tool_execution(cfg(), call, "charge", {"amount": 5})
-    claims.append(a)
     await until_expired(a)
     b = await cp.abegin_tool_execution(cfg(), call, "charge", {"amount": 5})
-    claims.append(b)
+    live.append(b)
     assert b.attempts == a.attempts + 1
     # A's body fails late: refused, and B's claim stays live.
     with pytest.raises(ToolExecutionClaimLost) as lost:
@@ -193,7 +207,7 @@ async def _stale_attempt_scenario(cp: Any, call: str, claims: list[ToolExecution
         await cp.acomplete_tool_execution(cfg(), call, "paid by A", attempt=a.attempts)
     record = await cp.aget_tool_execution(cfg(), call)
     assert record is not None and (record.status, record.attempts) == ("started", 2)
-    claims.append(record)  # B's live checks passed: a failure from here on is real
+    live.append(None)  # B's live checks passed: a failure from here on is real
     # Once B's claim has expired too, a late success is still the first success.
     await until_expired(b)
     late = await cp.acomplete_tool_execution(cfg(), call, "paid by A", attempt=a.attempts)
@@ -203,34 +217,15 @@ async def _stale_attempt_scenario(cp: Any, call: str, claims: list[ToolExecution
 
 async def test_a_stale_worker_without_attempt_never_frees_a_live_claim(backend: Backend) -> None:
     """The SPEC's three-argument calls: each worker task's outcome names the claim that
-    task took, so worker A's late failure cannot free worker B's claim.
-
-    B's claim must outlive A's late calls and the checks after them: a machine so busy
-    that B's lease ended first proves nothing, and the scenario runs again with a longer
-    lease (only then — any other failure fails the test)."""
-    lease = await lease_for(backend)
-    for attempt in range(3):
-        cp = await backend.make(tool_lease_seconds=lease)
-        claims: list[ToolExecution] = []
-        try:
-            await _stale_worker_scenario(cp, f"pay-{attempt}", claims)
-            return
-        except (AssertionError, pytest.fail.Exception):
-            b = claims[-1] if len(claims) == 2 else None
-            if b is None or b.lease_expires_at is None:
-                raise
-            if datetime.now(timezone.utc) < b.lease_expires_at:
-                raise  # B's claim was still live: a real failure
-            lease *= 4
-    pytest.fail("B's lease ended before the checks three times over, at 16x the lease")
+    task took, so worker A's late failure cannot free worker B's claim."""
+    await with_a_live_claim(backend, _stale_worker_scenario)
 
 
-async def _stale_worker_scenario(cp: Any, call: str, claims: list[ToolExecution]) -> None:
+async def _stale_worker_scenario(cp: Any, call: str, live: Live) -> None:
     a_claimed, a_may_fail = asyncio.Event(), asyncio.Event()
 
     async def worker_a() -> None:
         a = await cp.abegin_tool_execution(cfg(), call, "charge", {"amount": 1})
-        claims.append(a)
         a_claimed.set()
         await until_expired(a)
         await a_may_fail.wait()
@@ -248,13 +243,14 @@ async def _stale_worker_scenario(cp: Any, call: str, claims: list[ToolExecution]
             except ToolExecutionInProgress as busy:
                 left = (busy.lease_expires_at - datetime.now(timezone.utc)).total_seconds()
                 await asyncio.sleep(max(0.0, left) + 0.02)
-        claims.append(b)
+        live.append(b)
         assert (b.status, b.attempts) == ("started", 2)
         a_may_fail.set()
 
     await asyncio.gather(worker_a(), worker_b())
     with pytest.raises(ToolExecutionInProgress):  # B's claim is still live
         await cp.abegin_tool_execution(cfg(), call, "charge", {"amount": 1})
+    live.append(None)
     done = await cp.acomplete_tool_execution(cfg(), call, "paid by B", attempt=2)
     assert (done.status, done.result, done.attempts) == ("succeeded", "paid by B", 2)
 
