@@ -141,16 +141,30 @@ def _typed_aad(head: bytes, kind: str, column: str, thread_id: Any) -> bytes:
     )
 
 
-def _decode_key(key_id: str, key: str | bytes) -> bytes:
+_SHOWN_ID = 32
+"""The longest key id an error repeats: a 32-byte key in base64 is 43 or 44 characters,
+and one given where its id belongs (``base64key:id``) may fit the id's grammar."""
+
+
+def _entry(place: int, total: int, key_id: Any) -> str:
+    """A key ring entry as an error names it: its place, and its id when that cannot
+    be a key (never what the entry holds)."""
+    where = f"key ring entry {place} of {total}"
+    if isinstance(key_id, str) and _KEY_ID.fullmatch(key_id) and len(key_id) <= _SHOWN_ID:
+        return f"{where} ({key_id!r})"
+    return where
+
+
+def _decode_key(where: str, key: str | bytes) -> bytes:
     if isinstance(key, str):
         text = key.strip().replace("-", "+").replace("_", "/")
         try:  # standard or URL-safe, padded or not; any other character is refused
             key = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
         except (binascii.Error, ValueError):
-            raise ConfigError(f"key {key_id!r} is not base64") from None
+            raise ConfigError(f"{where}: the key is not base64") from None
     if not isinstance(key, bytes) or len(key) != _KEY_BYTES:
         got = len(key) if isinstance(key, bytes) else type(key).__name__
-        raise ConfigError(f"key {key_id!r} must be {_KEY_BYTES} bytes (AES-256), not {got}")
+        raise ConfigError(f"{where}: a key must be {_KEY_BYTES} bytes (AES-256), not {got}")
     return key
 
 
@@ -158,7 +172,8 @@ class KeyRing:
     """Named AES-256 keys: the first seals, every one opens.
 
     Args:
-        keys: ``(key_id, key)`` pairs or a mapping, in order, the current key first.
+        keys: ``(key_id, key)`` pairs (tuples or lists) or a mapping, in order, the
+            current key first.
             A key is 32 bytes, or their base64 text. Key ids are 1 to 64 characters of
             ``A-Z a-z 0-9 _ . -`` and unique, also ignoring case (``"k1"`` and ``"K1"``
             in one ring are refused: some databases compare text without case).
@@ -172,6 +187,8 @@ class KeyRing:
     Raises:
         ConfigError: No key, a bad id, a repeated id, a key that is not 32 bytes, or
             the ``cryptography`` package is missing (``pip install 'tenxstore[crypto]'``).
+            It names the entry by its place and never shows what the entry holds (an id
+            only when it cannot be a key: see :data:`_SHOWN_ID`).
     """
 
     def __init__(
@@ -197,23 +214,35 @@ class KeyRing:
             raise ConfigError("a key ring needs at least one key")
         self._ciphers: dict[str, Any] = {}
         self._pairs: list[tuple[str, bytes]] = []  # for pickling (another process)
-        for pair in pairs:
-            if not isinstance(pair, tuple) or len(pair) != 2:
-                raise ConfigError(f"a key ring entry must be a (key_id, key) pair, not {pair!r}")
+        # An error names an entry by its place and never shows what it holds: a key
+        # given where its id belongs (``base64key:id``, or a bare key) would be printed.
+        for place, pair in enumerate(pairs, 1):
+            where = _entry(place, len(pairs), None)
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                size = f" of {len(pair)}" if isinstance(pair, (tuple, list)) else ""
+                raise ConfigError(
+                    f"{where} must be a (key_id, key) pair, not a {type(pair).__name__}{size}"
+                    " (not shown: it may hold a key)"
+                )
             key_id, key = pair
             if not isinstance(key_id, str) or not _KEY_ID.fullmatch(key_id):
+                got = type(key_id).__name__
+                if isinstance(key_id, str):
+                    got = f"{len(key_id)} characters"
                 raise ConfigError(
-                    f"key id {key_id!r} must be 1 to 64 characters of A-Z a-z 0-9 _ . -"
+                    f"{where}: the key id must be 1 to 64 characters of A-Z a-z 0-9 _ . -,"
+                    f" not {got} (not shown: it may be a key, given where its id belongs)"
                 )
+            where = _entry(place, len(pairs), key_id)
             if key_id in self._ciphers:
-                raise ConfigError(f"key id {key_id!r} appears twice in the key ring")
-            same = [k for k in self._ciphers if k.lower() == key_id.lower()]
+                raise ConfigError(f"{where}: its key id appears twice in the key ring")
+            same = [i for i, k in enumerate(self._ciphers, 1) if k.lower() == key_id.lower()]
             if same:
                 raise ConfigError(
-                    f"key ids {same[0]!r} and {key_id!r} differ only in case; key ids must "
-                    "differ ignoring case (a database may compare them without case)"
+                    f"{where}: its key id differs only in case from entry {same[0]}'s; key "
+                    "ids must differ ignoring case (a database may compare them without case)"
                 )
-            raw = _decode_key(key_id, key)
+            raw = _decode_key(where, key)
             self._ciphers[key_id] = AESGCM(raw)
             self._pairs.append((key_id, raw))
         self._current: str = pairs[0][0]
@@ -234,10 +263,14 @@ class KeyRing:
         if not isinstance(text, str):
             raise ConfigError(f"{ENV} must be a str, not {type(text).__name__}")
         pairs: list[tuple[str, str | bytes]] = []
-        for part in text.split(","):
+        parts = text.split(",")
+        for place, part in enumerate(parts, 1):
             key_id, sep, key = part.strip().partition(":")
-            if not sep:
-                raise ConfigError(f"{ENV}: {key_id[:8]!r}... is not key_id:base64key")
+            if not sep:  # a bare key, most likely: nothing of it is shown
+                raise ConfigError(
+                    f"{ENV}: entry {place} of {len(parts)} is not key_id:base64key (it has no"
+                    " ':'; not shown: it may be a key)"
+                )
             pairs.append((key_id, key))
         return cls(pairs, require_sealed=require_sealed)
 

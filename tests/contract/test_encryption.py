@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import pickle
 import uuid
@@ -243,6 +244,39 @@ def test_key_ring_configuration_errors() -> None:
     ring = pickle.loads(pickle.dumps(TEST_KEYS))
     assert ring.open(TEST_KEYS.seal("x", 1, "c"), 1, "c") == "x"
     assert "key_ids" in repr(TEST_KEYS) and key not in repr(KeyRing.parse(f"k:{key}"))
+    assert KeyRing([["k", key]]).current == "k"  # a pair as JSON gives it: a list
+
+
+def test_a_key_in_the_wrong_place_is_never_in_the_error() -> None:
+    """A bare key, a key and its id swapped, a key whose base64 has no '+' or '/' (it
+    fits the key id grammar's length, not its place), a pair of three: the error says
+    which entry and what is wrong, and shows nothing of the key (it said the first 8
+    characters of a bare key, and the whole key given where its id belongs)."""
+    key = KeyRing.generate_key()
+    raw = base64.b64decode(key)
+    url_safe = base64.urlsafe_b64encode(raw).decode().rstrip("=")  # 43: fits the id grammar
+    plain = "A1b2" * 11  # 44 characters of base64 with no '+' or '/'
+    cases: list[tuple[Any, str]] = [
+        (lambda: KeyRing.parse(key), "entry 1 of 1 is not key_id:base64key"),
+        (lambda: KeyRing.parse(f"good:{KeyRing.generate_key()},{key}"), "entry 2 of 2"),
+        (lambda: KeyRing.parse(f"{key}:k1"), "entry 1 of 1: the key id must be"),
+        (lambda: KeyRing.from_env({"TENXSTORE_KEYS": f"{plain}=:k1"}), "not 45 characters"),
+        (lambda: KeyRing.parse(f"{url_safe}:k1"), r"entry 1 of 1: a key must be 32 bytes"),
+        (lambda: KeyRing.parse(f"{url_safe}:{key},{url_safe}:{key}"), "entry 2 of 2: its key"),
+        (lambda: KeyRing([("k1", key, "x")]), "pair, not a tuple of 3"),
+        (lambda: KeyRing([key]), "pair, not a str"),  # type: ignore[list-item]
+        (lambda: KeyRing([(raw, "k1")]), "not bytes"),  # type: ignore[list-item]
+    ]
+    for make, says in cases:
+        with pytest.raises(ConfigError, match=says) as caught:
+            make()
+        message = str(caught.value)
+        for secret in (key, key[:8], url_safe[:8], plain[:8], repr(raw)[2:10]):
+            assert secret not in message, (message, secret)
+    with pytest.raises(ConfigError, match=r"entry 2 of 2 \('k1'\): its key id appears twice"):
+        KeyRing.parse(f"k1:{key},k1:{key}")  # a short id is a name: said
+    with pytest.raises(ConfigError, match=r"entry 1 of 1 \('k1'\): the key is not base64"):
+        KeyRing.parse("k1:!!!!")
 
 
 async def test_the_environment_turns_encryption_on(
