@@ -37,7 +37,8 @@ turns, the growth from turn 10 (mean of turns 6-15) to the end, bytes stored (th
 rows of every table the saver uses: ``sum(pg_column_size(t.*))`` on PostgreSQL,
 dbstat's payload on SQLite) and on disk (``pg_total_relation_size`` of its tables
 with indexes and TOAST / the file and its WAL, as the run left them, and less what
-the empty schema occupies), the ratios #16's targets ask for, and the floor of the
+the empty schema occupies), the ratios #16's targets ask for, what each saver adds
+to the graph's own turn (its turn less the memory saver's), and the floor of the
 growth: LangGraph's serde loading the whole message list.
 
     python benchmarks/langgraph_chat.py                       # T=200, both variants
@@ -490,6 +491,35 @@ def last(values: list[float], n: int = 10) -> float:
     return statistics.mean(values[-n:])
 
 
+def storage_added(by: dict[str, System]) -> list[str]:
+    """What each saver adds to the graph's own turn: its turn less the memory saver's
+    (the graph and LangGraph's serde with no storage), per variant, and LangGraph's
+    saver's against tenxstore's on the same database. A ratio of whole turns can never
+    pass the ratio of these: the graph's own cost is in both."""
+    lines = [
+        "",
+        "## What storage adds to the graph (ms; a saver's turn less the memory saver's)",
+        "",
+        "| variant | database | langgraph adds (last 10) | tenx adds (last 10) | langgraph / tenx"
+        " | langgraph adds (p50) | tenx adds (p50) | langgraph / tenx (p50) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for variant in VARIANTS:
+        memory = by.get(f"memory/{variant}")
+        for database in ("pg", "sqlite"):
+            theirs = by.get(f"langgraph-{database}/{variant}")
+            ours = by.get(f"tenx-{database}/{variant}")
+            if memory is None or theirs is None or ours is None:
+                continue
+            cells = [variant, database]
+            for measure in (last, statistics.median):
+                base = measure(memory.wall)
+                they, we = measure(theirs.wall) - base, measure(ours.wall) - base
+                cells += [ms(they), ms(we), f"{they / we:.2f}" if we > 0 else "—"]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def around_ten(values: list[float]) -> float:
     """Mean of turns 6-15 (the 10th turn's neighbourhood; the start of a short run)."""
     return statistics.mean(values[5:15] or values)
@@ -632,6 +662,7 @@ def report(result: Run, args: argparse.Namespace) -> str:
         lines.append(
             f"| {label} | {per_turn:.2f} | {p50:.2f} | {rows:.2f} | {disk:.2f} | {target} | {met} |"
         )
+    lines += storage_added(by)
     floor = result.floor
     lines += [
         "",

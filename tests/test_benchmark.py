@@ -76,11 +76,20 @@ def test_langgraph_chat_smoke(tmp_path: Path) -> None:
     """#16's workload: a real chat graph on every saver (each checks the messages)."""
     services.require_modules("bench", PG_SAVER, SQLITE_SAVER, PLOTS)
     out = tmp_path / "lg.json"
-    run_benchmark(
+    printed = run_benchmark(
         "langgraph_chat.py", "--quick", "--plot", str(tmp_path / "lg.png"), "--json", str(out)
     )
     assert out.stat().st_size > 100
     assert (tmp_path / "lg.png").stat().st_size > 1000
+    assert "After every turn, outside the timings, garbage collected" in printed
+    added = printed[printed.index("## What storage adds to the graph") :].split("\n\n")[1]
+    rows = added.splitlines()[2:]  # below the table's header
+    assert [row.split(" | ")[:2] for row in rows] == [  # every variant on both databases
+        ["| plain", "pg"],
+        ["| plain", "sqlite"],
+        ["| delta", "pg"],
+        ["| delta", "sqlite"],
+    ]
 
 
 @pytest.mark.slow
