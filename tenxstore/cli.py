@@ -36,7 +36,7 @@ from . import __version__, archive, migrate
 from .backends import async_url
 from .cache import DEFAULT_KEY_PREFIX, CachedCheckpointer
 from .errors import ConfigError, TenxStoreError
-from .keyusage import KeyUsage, akey_usage
+from .keyusage import MAX_NAMED, KeyUsage, akey_usage
 from .protocol import Checkpointer
 from .repository import CheckpointRepository
 from .serde import encode
@@ -324,7 +324,8 @@ def _encryption(repo: CheckpointRepository, usage: KeyUsage) -> list[str]:
     if usage.unnamed:
         problems.append(
             f"encryption: {usage.unnamed:,} value(s) look sealed but name no key "
-            "(damaged envelopes): reading them fails with DecryptionError"
+            "(damaged envelopes, or keys past the first "
+            f"{MAX_NAMED} missing ones named): reading them fails with DecryptionError"
         )
     for key, failed in usage.unopened.items():
         if failed:

@@ -99,6 +99,18 @@ _TAG = 16
 _KEY_BYTES = 32
 
 
+def text_head(key_id: str) -> str:
+    """What a text envelope sealed under ``key_id`` begins with (``!tx1:<key id>:``):
+    rotation and key counts compare stored values to it in SQL."""
+    return f"{_HEAD}{key_id}:"
+
+
+def bytes_head(key_id: str) -> bytes:
+    """What a LangGraph value's bytes sealed under ``key_id`` begin with (``tx1``, the
+    key id's length, the key id)."""
+    return _BYTES_HEAD + bytes([len(key_id)]) + key_id.encode()
+
+
 def is_sealed(text: str) -> bool:
     """Whether a stored text is an envelope (see the module's proof), not plaintext JSON."""
     return text[:1] == _MARK
@@ -246,7 +258,7 @@ class KeyRing:
             self._ciphers[key_id] = AESGCM(raw)
             self._pairs.append((key_id, raw))
         self._current: str = pairs[0][0]
-        self._head = f"{_HEAD}{self._current}:"
+        self._head = text_head(self._current)
         self._sealer = self._ciphers[self._current]
         # (header, column) -> the associated data's bytes before the thread id: a read
         # joins one piece to it. Bounded: the headers of this ring's keys (a header is
@@ -371,7 +383,7 @@ class KeyRing:
             found = sealed_key_id(text)
             if found is None:
                 raise DecryptionError(thread_id, column, None, "not a tenxstore envelope")
-            key_id, head = found, f"{_HEAD}{found}:"
+            key_id, head = found, text_head(found)
             cipher = self._ciphers.get(key_id)
             if cipher is None:
                 raise DecryptionError(thread_id, column, key_id, "that key is not in the key ring")
@@ -400,7 +412,7 @@ class KeyRing:
                 (the mark makes it one longer, and the column holds 64).
         """
         check_type(kind, sealed=True)
-        head = _BYTES_HEAD + bytes([len(self.current)]) + self.current.encode()
+        head = bytes_head(self.current)
         nonce = os.urandom(_NONCE)
         sealed = self._sealer.encrypt(nonce, data, _typed_aad(head, kind, column, thread_id))
         return _MARK + kind, head + nonce + sealed

@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import String, and_, bindparam, case, func, not_, select
 
-from .crypto import KeyRing, _bytes_key_id, sealed_key_id
+from .crypto import KeyRing, _bytes_key_id, bytes_head, sealed_key_id, text_head
 from .errors import DecryptionError
 from .rotation import _TABLES, TABLES, _store_of
 
@@ -104,13 +104,13 @@ class _Column:
     def under(self, key_id: str) -> Any:
         """The clause: sealed under this key (compared exactly, as rotation does)."""
         if self.typed:
-            marker = b"tx1" + bytes([len(key_id)]) + key_id.encode()
+            marker = bytes_head(key_id)
             return and_(
                 self.sealed,
                 func.substr(self.value, 1, len(marker))
                 == bindparam(None, marker, type_=self.value.type),
             )
-        head = f"!tx1:{key_id}:"
+        head = text_head(key_id)
         return func.substr(self.value, 1, len(head)) == bindparam(None, head, type_=String())
 
     def plain(self) -> Any:

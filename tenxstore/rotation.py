@@ -37,6 +37,8 @@ from .crypto import (
     STATE,
     WRITE,
     KeyRing,
+    bytes_head,
+    text_head,
 )
 from .errors import ConfigError
 from .validate import check_count
@@ -104,7 +106,7 @@ Progress = Callable[[str, int], None]
 
 def _stale(keys: KeyRing, table: Any, texts: Any, typed: Any) -> ColumnElement[bool]:
     """Rows holding a value not sealed under the current key (SQL, on both databases)."""
-    head = f"!tx1:{keys.current}:"
+    head = text_head(keys.current)
     # substr and =, not LIKE: SQLite's LIKE ignores case (a value under key "KEY" would
     # pass for one under "key" and never be rotated); = is exact on every database
     # (binary collations on MySQL, PostgreSQL's deterministic ones, SQLite's BINARY).
@@ -117,7 +119,7 @@ def _stale(keys: KeyRing, table: Any, texts: Any, typed: Any) -> ColumnElement[b
     ]
     if typed is not None:
         data = table.c[typed[0]]
-        marker = b"tx1" + bytes([len(keys.current)]) + keys.current.encode()
+        marker = bytes_head(keys.current)
         clauses.append(
             or_(
                 not_(table.c.type.startswith("!", autoescape=True)),

@@ -147,3 +147,37 @@ def test_doctor_says_what_values_are_sealed_under(
     damaged = invoke("doctor", *args)
     assert damaged.exit_code == 1 and "name no key" in damaged.output, damaged.output
     assert "hunter2" not in damaged.output
+
+
+async def test_past_max_named_missing_keys_are_counted_unnamed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Values under more keys than the ring lacks and :data:`MAX_NAMED` names: the first
+    ones (by id) are named with their counts, the rest counted ``unnamed``; nothing is
+    lost from the total, and doctor says why."""
+    from tenxstore.keyusage import MAX_NAMED
+    from tests.test_cli import invoke
+
+    path = tmp_path / "many.db"
+    ids = [f"k{n:02d}" for n in range(MAX_NAMED + 2)]
+    for n, kid in enumerate(ids):
+        cp = tenxstore.CheckpointRepository(
+            f"sqlite+aiosqlite:///{path}", keys=KeyRing([(kid, bytes([n]) * 32)])
+        )
+        try:
+            await cp.asetup()
+            await cp.aput_state({"thread_id": f"t-{kid}", "user_id": "u"}, {"n": n})
+        finally:
+            await cp.aclose()
+    cp = tenxstore.CheckpointRepository(f"sqlite+aiosqlite:///{path}", keys=ONLY_NEW)
+    try:
+        usage = await akey_usage(cp)
+    finally:
+        await cp.aclose()
+    each = usage.unknown[ids[0]]  # a thread's values: its state, its row's metadata...
+    assert list(usage.unknown) == ids[:MAX_NAMED] and set(usage.unknown.values()) == {each}
+    assert usage.unnamed == 2 * each and usage.unreadable == usage.sealed == len(ids) * each
+    assert dict(usage.by_key) == {"new": 0} and usage.plaintext == 0
+    monkeypatch.delenv("TENXSTORE_KEYS", raising=False)  # doctor without a ring
+    report = await asyncio.to_thread(invoke, "doctor", "--url", f"sqlite:///{path}")
+    assert report.exit_code == 1 and f"past the first {MAX_NAMED}" in report.output
