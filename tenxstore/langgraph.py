@@ -28,10 +28,11 @@ method).
 
 from __future__ import annotations
 
+import importlib
 import random
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     from langchain_core.runnables import RunnableConfig
@@ -48,21 +49,72 @@ try:
         get_checkpoint_metadata,
     )
     from langgraph.checkpoint.serde.base import SerializerProtocol
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError("tenxstore.langgraph needs: pip install 'tenxstore[langgraph]'") from exc
 
+from .boundary import guard_iter
 from .config import INCARNATION_KEY
-from .crypto import CHECKPOINT, WRITE, open_typed
-from .errors import ConfigError, SerializationError
+from .crypto import CHECKPOINT, WRITE, Life, life_of, open_typed
+from .errors import ConfigError, MissingThreadId, SerializationError
+from .langgraph_runs import ainvoke_retrying, idempotent_input, invoke_retrying
 from .langgraph_tables import Values, run_id_of
-from .loops import BackgroundLoop
+from .langgraph_values import AllowedTypes, allowed_set
+from .loops import LANGGRAPH_LOOP
 from .protocol import Checkpointer
 from .serde import decode, encode
 from .telemetry import traced
 from .types import AuthPolicy
 from .validate import check_id, check_text
 
-__all__ = ["DEFAULT_HISTORY_LIMIT", "HEAD_KEY", "TenxCheckpointSaver"]
+if TYPE_CHECKING:  # imported when first asked for (see __getattr__)
+    from .langgraph_export import acopy_langgraph_thread
+    from .langgraph_import import LangGraphImport, aimport_langgraph, import_langgraph
+    from .langgraph_memory import MemoryConfig, format_memories, memory_tools
+    from .langgraph_store import TenxStore
+    from .langgraph_tools import ReplaySafeToolNode
+
+__all__ = [
+    "DEFAULT_HISTORY_LIMIT",
+    "HEAD_KEY",
+    "LangGraphImport",
+    "MemoryConfig",
+    "ReplaySafeToolNode",
+    "TenxCheckpointSaver",
+    "TenxStore",
+    "acopy_langgraph_thread",
+    "aimport_langgraph",
+    "ainvoke_retrying",
+    "format_memories",
+    "idempotent_input",
+    "import_langgraph",
+    "invoke_retrying",
+    "memory_tools",
+    "run_life",
+]
+_LAZY = {
+    # moving threads in from LangGraph's own savers, and back (they import this module)
+    "LangGraphImport": "langgraph_import",
+    "aimport_langgraph": "langgraph_import",
+    "import_langgraph": "langgraph_import",
+    "acopy_langgraph_thread": "langgraph_export",
+    "ReplaySafeToolNode": "langgraph_tools",
+    "TenxStore": "langgraph_store",
+    "MemoryConfig": "langgraph_memory",
+    "memory_tools": "langgraph_memory",
+    "format_memories": "langgraph_memory",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Names whose modules need more than the saver does (LangGraph's store and
+    prebuilt nodes, LangChain's tools), imported when first asked for: a program that
+    only checkpoints does not pay for them."""
+    if name in _LAZY:
+        module = importlib.import_module(f"tenxstore.{_LAZY[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 DEFAULT_HISTORY_LIMIT = 100
 """Checkpoints kept per thread and namespace unless told otherwise: about 25 turns of
@@ -70,12 +122,53 @@ a graph that writes four checkpoints a turn."""
 
 HEAD_KEY = "_checkpoint_head"
 """In a config the saver returns: the namespace's newest checkpoint when it was read."""
-_SYNC = BackgroundLoop("tenxstore-langgraph")
+_SYNC = LANGGRAPH_LOOP
 _FOUND_EMPTY: ContextVar[frozenset[tuple[int, Any, str]]] = ContextVar(
     "tenxstore_langgraph_found_empty", default=frozenset()
 )
 """(saver, thread, namespace) this run read as empty: its first checkpoint must find
 it empty still (LangGraph writes it from a task that inherits this context)."""
+_LIVES: ContextVar[dict[tuple[int, Any], int] | None] = ContextVar(
+    "tenxstore_langgraph_lives", default=None
+)
+"""(store, thread) -> the life (incarnation) of the thread this run read or wrote.
+
+One dict per run, made by the run's first read (in the run's own context) and shared
+by reference with every context copied from it afterwards: the tasks LangGraph starts,
+and the background task that stores its checkpoints (``durability="async"``), whose
+put of the run's first checkpoint records the life the tasks then see."""
+
+
+def _lived(tables: Any, thread_id: Any, incarnation: int | None, *, reading: bool) -> None:
+    """Record (or, None, forget) the life of a thread this run read or wrote; a read
+    makes the run's dict where there is none yet."""
+    lives = _LIVES.get()
+    if lives is None:
+        if not reading:
+            return  # not in a run that read first (a put of LangGraph's own making)
+        lives = {}
+        _LIVES.set(lives)
+    key = (id(tables), thread_id)
+    if incarnation is None:
+        lives.pop(key, None)
+    else:
+        lives[key] = incarnation
+
+
+def run_life(checkpointer: Checkpointer, thread_id: Any) -> int | None:
+    """The life (incarnation) of ``thread_id`` that this LangGraph run read or wrote
+    through a :class:`TenxCheckpointSaver` on ``checkpointer`` (its tasks inherit the
+    run's context), or None: the run has not read it, or found it empty."""
+    lives = _LIVES.get()
+    return None if lives is None else lives.get((id(checkpointer.langgraph), thread_id))
+
+
+def _config_life(tables: Any, config: Any, *, reading: bool) -> None:
+    """After a synchronous call (its async twin ran on the background loop, in a
+    context of its own): the life its returned config names, in the caller's run."""
+    conf = (config or {}).get("configurable") or {}
+    if conf.get("thread_id") is not None and conf.get(INCARNATION_KEY) is not None:
+        _lived(tables, conf["thread_id"], conf[INCARNATION_KEY], reading=reading)
 
 
 def restore_versions(checkpoint: Checkpoint, versions: str | None) -> None:
@@ -89,7 +182,39 @@ def restore_versions(checkpoint: Checkpoint, versions: str | None) -> None:
 
 
 def _configurable(config: RunnableConfig | None) -> dict[str, Any]:
-    return dict((config or {}).get("configurable") or {})
+    if config is not None and not isinstance(config, Mapping):
+        raise ConfigError(f"config must be a dict, not {type(config).__name__}")
+    inner = (config or {}).get("configurable") or {}
+    if not isinstance(inner, Mapping):
+        raise ConfigError(f"config['configurable'] must be a dict, not {type(inner).__name__}")
+    return dict(inner)
+
+
+def _unusable(thread_id: Any) -> bool:
+    """No thread named: absent, None or empty."""
+    return thread_id is None or thread_id == ""
+
+
+def _missing(config: Any, what: str) -> MissingThreadId:
+    """The error of a call that acts on a thread and names none, saying where a thread
+    id was given that LangGraph does not read (the top level, or the metadata)."""
+    config = config or {}
+    metadata = config.get("metadata")
+    hint = ""
+    if not _unusable(config.get("thread_id")):
+        hint = "; config['thread_id'] is not where LangGraph reads it"
+    elif isinstance(metadata, Mapping) and not _unusable(metadata.get("thread_id")):
+        hint = "; config['metadata']['thread_id'] is not where LangGraph reads it"
+    return MissingThreadId(
+        f"{what} needs a thread: the config has no config['configurable']['thread_id']"
+        f"{hint} (graph.invoke(input, {{'configurable': {{'thread_id': ...}}}}))"
+    )
+
+
+def _check_thread(config: Any, conf: Mapping[str, Any], what: str) -> None:
+    """A call that acts on one thread: its ``configurable`` must name it (before any I/O)."""
+    if _unusable(conf.get("thread_id")):
+        raise _missing(config, what)
 
 
 def _channel_name(channel: Any, *, nul: bool = True) -> None:
@@ -121,7 +246,16 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         checkpointer: Any tenxstore checkpointer. Its user isolation applies: with
             ``enforce_user_isolation`` on, put ``user_id`` into the run's
             ``configurable`` (or bind the saver to the user).
-        serde: LangGraph serializer (default: LangGraph's ``JsonPlusSerializer``).
+        serde: LangGraph serializer. The default is LangGraph's ``JsonPlusSerializer``
+            in its strict mode: a stored value opens only as LangGraph's safe types
+            (messages, documents, its own types, datetimes...) and the types in
+            ``allowed_types`` — never as a callable a stored value names (a
+            permissive serde imports and calls whatever a value names: whoever can
+            write a row could run code). An unlisted type comes back as its plain
+            data, with LangGraph's warning. With ``LANGGRAPH_STRICT_MSGPACK=true``,
+            LangGraph adds a compiled graph's own state types itself.
+        allowed_types: Types of your own that values may hold, for the default
+            serde: classes or ``(module, name)`` pairs.
         history_limit: Checkpoints kept per thread and namespace (None: all). The
             newest ``history_limit`` are kept, with the heads of branches left at an
             interrupt; the rest (and the subgraph runs under it) is pruned when the
@@ -142,7 +276,16 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         history_limit: int | None = DEFAULT_HISTORY_LIMIT,
         user_id: Any = None,
         auth_policy: AuthPolicy | None = None,
+        allowed_types: AllowedTypes = (),
     ) -> None:
+        allowed = allowed_set(allowed_types)
+        if serde is None:
+            strict = JsonPlusSerializer(allowed_msgpack_modules=None)
+            serde = strict.with_msgpack_allowlist(allowed) if allowed else strict
+        elif allowed:
+            raise ConfigError(
+                "allowed_types is for the default serde; give your own serde its allow-list"
+            )
         super().__init__(serde=serde)
         if auth_policy is not None and not isinstance(auth_policy, AuthPolicy):
             raise ConfigError(
@@ -197,6 +340,8 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         Raises:
             ConfigError: Isolation applies and the saver has no user and no policy.
         """
+        if _unusable(thread_id):
+            raise MissingThreadId(f"{what} needs a thread id, not {thread_id!r}")
         config = self._scoped({"configurable": {"thread_id": thread_id}})
         conf = config["configurable"]
         unbound = conf.get("user_id") is None and conf.get("auth_policy") is None
@@ -235,30 +380,22 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
 
     # -- writes ------------------------------------------------------------------
 
-    @traced(write=True, prefix="langgraph.")
-    async def aput(
+    def _stored_form(
         self,
-        config: RunnableConfig,
         checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Store a checkpoint; its parent (``config``'s checkpoint_id) must be the newest.
+        *,
+        dump: Callable[[str], tuple[str, bytes]] | None = None,
+        keep_inline: Collection[str] = (),
+    ) -> tuple[tuple[str, bytes], Values]:
+        """How a put stores a checkpoint: its serialized blob (without the values
+        kept in ``lg_blobs``, nor the versions its row names) and its values.
 
-        Raises:
-            StaleStateError: Another writer already committed a checkpoint after the
-                parent this one was built on.
+        ``dump`` serializes a channel's value (default: the serde); ``keep_inline``
+        channels stay in the checkpoint whatever their name and version (an import
+        uses both: a value read from another saver is kept as it was written).
         """
-        scoped = self._scoped(config)
-        conf = scoped["configurable"]
         limits = self._tables.limits
-        ns = check_text(
-            "checkpoint_ns", conf.get("checkpoint_ns", ""), limits.namespace, empty=True
-        )
-        parent = conf.get("checkpoint_id")
-        if parent is not None:
-            check_text("checkpoint_id", parent, limits.checkpoint_id)
-        check_text("checkpoint id", checkpoint["id"], limits.checkpoint_id)
         channel_values = checkpoint["channel_values"]
         for channel in (*checkpoint["channel_versions"], *channel_values):
             _channel_name(channel)
@@ -269,7 +406,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         versions = {
             ch: "" if channel_values.get(ch, ...) is None else str(v)
             for ch, v in checkpoint["channel_versions"].items()
-            if limits.storable(ch, str(v))
+            if limits.storable(ch, str(v)) and ch not in keep_inline
         }
         inline = {ch: v for ch, v in channel_values.items() if versions.get(ch, "") == ""}
         # A version the row's ``versions`` names exactly is not stored again in a
@@ -289,8 +426,37 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             versions=versions,
             stored=frozenset(ch for ch in channel_values if versions.get(ch, "") != ""),
             new=frozenset(new_versions),
-            dump=lambda channel: self._dump(f"channel {channel!r}", channel_values[channel]),
+            dump=dump
+            or (lambda channel: self._dump(f"channel {channel!r}", channel_values[channel])),
         )
+        return typed, values
+
+    @traced(write=True, prefix="langgraph.")
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint; its parent (``config``'s checkpoint_id) must be the newest.
+
+        Raises:
+            StaleStateError: Another writer already committed a checkpoint after the
+                parent this one was built on.
+        """
+        scoped = self._scoped(config)
+        conf = scoped["configurable"]
+        _check_thread(config, conf, "aput")
+        limits = self._tables.limits
+        ns = check_text(
+            "checkpoint_ns", conf.get("checkpoint_ns", ""), limits.namespace, empty=True
+        )
+        parent = conf.get("checkpoint_id") or None  # "" names none, as LangGraph reads it
+        if parent is not None:
+            check_text("checkpoint_id", parent, limits.checkpoint_id)
+        check_text("checkpoint id", checkpoint["id"], limits.checkpoint_id)
+        typed, values = self._stored_form(checkpoint, new_versions)
         full_metadata = {  # tenxstore's own config keys are not the run's metadata
             k: v
             for k, v in get_checkpoint_metadata(config, metadata).items()
@@ -314,6 +480,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         )
         if found_empty:  # the namespace has a head now: the next first write needs a read
             _FOUND_EMPTY.set(_FOUND_EMPTY.get() - {(id(self._tables), conf["thread_id"], ns)})
+        _lived(self._tables, conf["thread_id"], incarnation, reading=False)
         return {
             "configurable": {
                 **{k: v for k, v in conf.items() if k == "user_id"},
@@ -336,6 +503,7 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         """Store the writes a task made against the checkpoint in ``config``."""
         scoped = self._scoped(config)
         conf = scoped["configurable"]
+        _check_thread(config, conf, "aput_writes")
         limits = self._tables.limits
         ns = check_text(
             "checkpoint_ns", conf.get("checkpoint_ns", ""), limits.namespace, empty=True
@@ -356,7 +524,8 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
                     "task_path": task_path,
                 }
             )
-        await self._tables.put_writes(scoped, ns, conf["checkpoint_id"], rows)
+        checkpoint_id = check_text("checkpoint_id", conf.get("checkpoint_id"), limits.checkpoint_id)
+        await self._tables.put_writes(scoped, ns, checkpoint_id, rows)
 
     @traced(write=True, prefix="langgraph.")
     async def adelete_thread(self, thread_id: str) -> None:
@@ -401,6 +570,8 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         every checkpoint (``"delete"``), of each thread (with the saver's authority)."""
         if strategy not in ("keep_latest", "delete"):
             raise ConfigError(f"strategy must be keep_latest or delete, not {strategy!r}")
+        if isinstance(thread_ids, (str, bytes)):  # a str is a sequence of one-letter ids
+            raise ConfigError("thread_ids must be a sequence of thread ids, not one str")
         configs = [self._authority(t, "aprune") for t in thread_ids]
         await self._tables.prune(configs, keep_latest=strategy == "keep_latest")
 
@@ -432,17 +603,18 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             configurable["user_id"] = row.user_id
         return {"configurable": configurable}
 
-    def _loads(self, kind: str, data: bytes, thread_id: Any, column: str) -> Any:
-        """A stored LangGraph value (opened when sealed) through the serde."""
+    def _loads(self, kind: str, data: bytes, thread_id: Any, column: str, life: Life) -> Any:
+        """A stored LangGraph value (opened when sealed, for the thread's ``life`` read
+        with it) through the serde."""
         return self.serde.loads_typed(
-            open_typed(self._tables.keys, kind, bytes(data), thread_id, column)
+            open_typed(self._tables.keys, kind, bytes(data), thread_id, column, life)
         )
 
     def _tuple(
         self, row: Any, writes: list[Any], values: Mapping[str, tuple[str, bytes]]
     ) -> CheckpointTuple:
-        thread = row.thread_id
-        checkpoint: Checkpoint = self._loads(row.type, row.checkpoint, thread, CHECKPOINT)
+        thread, life = row.thread_id, life_of(row)
+        checkpoint: Checkpoint = self._loads(row.type, row.checkpoint, thread, CHECKPOINT, life)
         restore_versions(checkpoint, row.versions)
         if values:  # kept in lg_blobs (a checkpoint written before 0005 has them inline)
             checkpoint["channel_values"] = {
@@ -459,7 +631,8 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             metadata=decode(row.metadata),
             parent_config=parent,
             pending_writes=[
-                (w.task_id, w.channel, self._loads(w.type, w.value, thread, WRITE)) for w in writes
+                (w.task_id, w.channel, self._loads(w.type, w.value, thread, WRITE, life))
+                for w in writes
             ],
         )
 
@@ -468,15 +641,22 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         """The checkpoint named in ``config``, or the namespace's newest."""
         scoped = self._scoped(config)
         conf = scoped["configurable"]
+        # Without a thread, the read below would list every thread the user has, and
+        # the run would go on in the newest one: never guess a thread.
+        _check_thread(config, conf, "aget_tuple")
         ns = conf.get("checkpoint_ns", "")
-        checkpoint_id = get_checkpoint_id(config)
+        checkpoint_id = get_checkpoint_id(config) or None  # "": the newest, as LangGraph reads it
         rows = await self._tables.rows(scoped, ns, checkpoint_id, None, 1)
         if checkpoint_id is None:  # what this run saw of the namespace's head
             key = (id(self._tables), conf.get("thread_id"), ns)
             seen = _FOUND_EMPTY.get()
             _FOUND_EMPTY.set(seen - {key} if rows else seen | {key})
+        if rows or checkpoint_id is None:  # the life read (None: found empty)
+            life = rows[0][0].incarnation if rows else None
+            _lived(self._tables, conf.get("thread_id"), life, reading=True)
         return self._tuple(*rows[0]) if rows else None
 
+    @guard_iter
     async def alist(
         self,
         config: RunnableConfig | None,
@@ -489,6 +669,9 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         in SQL) and ``before``."""
         scoped = self._scoped(config)
         conf = scoped["configurable"]
+        if "thread_id" in conf and _unusable(conf["thread_id"]):
+            # absent lists every thread the caller may see; None or "" is a mistake
+            raise _missing(config, "alist")
         rows = await self._tables.rows(
             scoped,
             conf.get("checkpoint_ns"),
@@ -512,8 +695,10 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
             return {}
         scoped = self._scoped(config)
         conf = scoped["configurable"]
+        _check_thread(config, conf, "aget_delta_channel_history")
         ns = conf.get("checkpoint_ns", "")
-        steps = await self._tables.history(scoped, ns, get_checkpoint_id(config), set(channels))
+        checkpoint_id = get_checkpoint_id(config) or None
+        life, steps = await self._tables.history(scoped, ns, checkpoint_id, set(channels))
         thread = self._tables.thread_id_of(scoped)
         collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
         seeds: dict[str, Any] = {}
@@ -521,14 +706,15 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         for _, writes, values, inline in steps:  # parent first
             if not remaining:
                 break
+            assert life is not None  # (read with the steps, in the same snapshot)
             for w in reversed(writes):
                 if w.channel in remaining:
                     collected[w.channel].append(
-                        (w.task_id, w.channel, self._loads(w.type, w.value, thread, WRITE))
+                        (w.task_id, w.channel, self._loads(w.type, w.value, thread, WRITE, life))
                     )
             held = {ch: self.serde.loads_typed(typed) for ch, typed in values.items()}
             if inline is not None:  # values kept in the checkpoint itself
-                checkpoint = self._loads(inline.type, inline.checkpoint, thread, CHECKPOINT)
+                checkpoint = self._loads(inline.type, inline.checkpoint, thread, CHECKPOINT, life)
                 held = {**checkpoint["channel_values"], **held}
             for channel in [c for c in remaining if c in held]:
                 seeds[channel] = held[channel]
@@ -545,7 +731,10 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Synchronous :meth:`aget_tuple` (from a thread without a running loop)."""
-        return _SYNC.run(self.aget_tuple(config), "aget_tuple")
+        found = _SYNC.run(self.aget_tuple(config), "aget_tuple")
+        if found is not None:
+            _config_life(self._tables, found.config, reading=True)
+        return found
 
     def list(  # LangGraph's name
         self,
@@ -571,7 +760,9 @@ class TenxCheckpointSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Synchronous :meth:`aput`."""
-        return _SYNC.run(self.aput(config, checkpoint, metadata, new_versions), "aput")
+        stored = _SYNC.run(self.aput(config, checkpoint, metadata, new_versions), "aput")
+        _config_life(self._tables, stored, reading=False)
+        return stored
 
     def put_writes(
         self,

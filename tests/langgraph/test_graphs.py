@@ -444,7 +444,8 @@ async def test_delta_channel_history_of_every_checkpoint_as_langgraph_reads_it(
     read in one statement and the long way alike; another user reads nothing."""
     from langgraph.checkpoint.memory import InMemorySaver
 
-    import tenxstore.langgraph_tables as tables
+    import tenxstore.langgraph_reads as reads
+    import tenxstore.langgraph_sql as statements
 
     def values(found: Any) -> Any:
         writes, seeds = found
@@ -452,7 +453,8 @@ async def test_delta_channel_history_of_every_checkpoint_as_langgraph_reads_it(
 
     expected = values(await two_deltas(InMemorySaver()))
     assert values(await two_deltas(await saver_for(backend))) == expected
-    monkeypatch.setattr(tables, "_HISTORY_DEPTH", 1)  # walks deeper than one: batches
+    for module in (statements, reads):  # walks deeper than one: batches
+        monkeypatch.setattr(module, "HISTORY_DEPTH", 1)
     shallow = await saver_for(backend)
     await shallow.adelete_thread("t")
     assert values(await two_deltas(shallow)) == expected
@@ -525,16 +527,21 @@ async def test_bounded_history_keeps_a_branch_left_at_an_interrupt(backend: Back
     assert resumed["turns"] == ["ask", "approved: yes"]
 
 
-class Outer(TypedDict):
+class Outer(TypedDict, total=False):
     turns: Annotated[list[str], operator.add]
+    mark: str
+
+
+class Inner(TypedDict, total=False):
+    mark: str  # the subgraph sees only this: its output never carries ``turns`` again
 
 
 async def test_bounded_history_prunes_the_runs_of_subgraphs(backend: Backend) -> None:
     """A subgraph writes each run into a namespace of its own (``node:task``): they go
     with the root checkpoint they ran under."""
     inner = (
-        StateGraph(Outer)
-        .add_node("mark", lambda s: {"turns": ["inner"]})
+        StateGraph(Inner)
+        .add_node("mark", lambda s: {"mark": f"inner {s.get('mark', '')}"})
         .add_edge(START, "mark")
         .add_edge("mark", END)
         .compile()
@@ -552,7 +559,9 @@ async def test_bounded_history_prunes_the_runs_of_subgraphs(backend: Backend) ->
     everything = [t async for t in saver.alist(run("t"))]
     namespaces = {t.config["configurable"]["checkpoint_ns"] for t in everything}
     assert len(everything) <= 20 and len(namespaces) <= 4, namespaces
+    assert any(ns for ns in namespaces)  # the subgraph's runs were stored, and pruned
     assert (await graph.aget_state(run("t"))).values == result
+    assert result["turns"] == [str(turn) for turn in range(20)]
 
 
 async def test_history_is_bounded_by_default(backend: Backend) -> None:

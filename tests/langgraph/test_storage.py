@@ -23,7 +23,7 @@ from sqlalchemy import text
 
 import tenxstore
 from tenxstore import AuthPolicy, SerializationError, StaleStateError, migrate
-from tenxstore.crypto import BLOB, CHECKPOINT, open_typed
+from tenxstore.crypto import BLOB, CHECKPOINT, life_of, open_typed
 from tenxstore.deltas import MAX_DEPTH, Stored, blob_write, delta, rebuild
 from tenxstore.langgraph import TenxCheckpointSaver
 from tests.conftest import Backend, backend_for
@@ -174,15 +174,17 @@ async def test_a_none_value_is_kept_in_its_checkpoint(sql_backend: Backend) -> N
     history = [s.values async for s in compiled.aget_state_history(run())]
     assert {"note": None, "count": 3} in history and {"note": "note 2", "count": 2} in history
     async with cp.engine.connect() as conn:
+        threads = blobs_table(sql_backend).replace("lg_blobs", "threads")
         found = await conn.execute(
             text(
-                f"SELECT thread_id, type, {blob_column(sql_backend)} "
-                f"FROM {blobs_table(sql_backend)} WHERE channel = 'note'"
+                f"SELECT b.thread_id, b.type, b.{blob_column(sql_backend)}, t.incarnation, "
+                f"t.user_id FROM {blobs_table(sql_backend)} b JOIN {threads} t "
+                "ON t.thread_id = b.thread_id WHERE b.channel = 'note'"
             )
         )
-        kinds = [  # opened first when the backend seals values
+        kinds = [  # opened first when the backend seals values (for the thread's life)
             JsonPlusSerializer().loads_typed(
-                open_typed(cp.keys, r.type, bytes(r.blob), r.thread_id, BLOB)
+                open_typed(cp.keys, r.type, bytes(r.blob), r.thread_id, BLOB, life_of(r))
             )
             for r in found
         ]
@@ -219,10 +221,18 @@ async def test_channel_versions_read_back_exactly_and_are_stored_once(
         assert got.checkpoint["channel_versions"] == checkpoint["channel_versions"]
         assert got.checkpoint["channel_values"] == checkpoint["channel_values"]
     table = blobs_table(sql_backend).replace("lg_blobs", "lg_checkpoints")
+    threads = blobs_table(sql_backend).replace("lg_blobs", "threads")
     async with cp.engine.connect() as conn:
-        row = (await conn.execute(text(f"SELECT type, checkpoint FROM {table}"))).one()
+        row = (
+            await conn.execute(
+                text(
+                    f"SELECT c.type, c.checkpoint, t.incarnation, t.user_id FROM {table} c "
+                    f"JOIN {threads} t ON t.thread_id = c.thread_id"
+                )
+            )
+        ).one()
     stored = JsonPlusSerializer().loads_typed(
-        open_typed(cp.keys, row.type, bytes(row.checkpoint), "t", CHECKPOINT)
+        open_typed(cp.keys, row.type, bytes(row.checkpoint), "t", CHECKPOINT, life_of(row))
     )
     assert stored["channel_versions"] == {
         "count": 7,
