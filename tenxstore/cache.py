@@ -24,15 +24,17 @@ from datetime import timedelta
 from typing import Any
 
 from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.retry import Retry
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import telemetry
+from .boundary import guard, guard_iter
 from .config import RunIds, read_config, record_read, recorded_incarnation, recorded_version
-from .crypto import CACHE, KeyRing
+from .crypto import CACHE, KeyRing, Life
 from .errors import CacheUnreachable, ConfigError, DecryptionError, StaleStateError
 from .langgraph_tables import LangGraphTables
+from .langgraph_values import AllowedTypes
 from .lifecycle import DEFAULT_BATCH_SIZE, DEFAULT_SAMPLE, BatchHook, DeleteResult, ProgressHook
 from .protocol import Checkpointer
 from .redis_cache import BLANKET, INCARNATION_MEMBER, MAX_PUT_AGE, Entry, Fence, RedisCache
@@ -53,7 +55,7 @@ from .types import (
     ThreadInfo,
     ToolExecution,
 )
-from .validate import IdType, check_count
+from .validate import IdType, check_count, masked_url
 
 __all__ = ["DEFAULT_KEY_PREFIX", "CachedCheckpointer", "cache_key"]
 
@@ -95,11 +97,19 @@ SEALED_MEMBER = "__checkpoint_sealed__"
 
 
 def _sealed_column(key: str, version: int, incarnation: int | None) -> str:
-    """What a sealed entry is bound to besides its thread: the incarnation and version
-    the guard reads in clear, and the key it is stored under. A sealed state replayed
-    under another version, another life of the thread or another key (another user's)
-    does not open: a miss."""
+    """What a sealed entry is bound to besides its thread and life: the incarnation and
+    version the guard reads in clear, and the key it is stored under. A sealed state
+    replayed under another version, another life of the thread or another key (another
+    user's) does not open: a miss."""
     return f"{CACHE}:{incarnation}:{version}:{key}"
+
+
+def _entry_life(incarnation: int, user: Any) -> Life:
+    """The life a cache entry is sealed for: the incarnation it carries, and as its
+    owner the user its key names — the thread's owner for a call under isolation (which
+    only ever reads its own threads), None for the unscoped entry (``*``: the cache
+    cannot know the owner on a hit, which reads no database)."""
+    return Life(incarnation, user)
 
 
 def _body(
@@ -110,6 +120,7 @@ def _body(
     key: str = "",
     version: int = 0,
     incarnation: int | None = None,
+    user: Any = None,
 ) -> tuple[str, str] | None:
     """A state's text (``text`` when the store has encoded it already) as (stdlib mark,
     members after ``{``); None when the state uses the incarnation's or the sealed
@@ -117,8 +128,9 @@ def _body(
 
     With ``keys`` the entry's state is one member, the state's text sealed for the
     thread, the key, the version and the incarnation (which stay in clear for the
-    guard, and are bound by the associated data); None when the incarnation is not
-    known (the script would pick it, and the seal could not name it)."""
+    guard, and are bound by the associated data) and the user the key names (see
+    :func:`_entry_life`); None when the incarnation is not known (the script would
+    pick it, and the seal could not name it)."""
     if INCARNATION_MEMBER in state or SEALED_MEMBER in state:
         return None
     if text is None:
@@ -126,7 +138,8 @@ def _body(
     if keys is not None:  # an envelope is base64 and [A-Za-z0-9_.-:!]: no JSON escape
         if incarnation is None:
             return None
-        sealed = keys.seal(text, thread_id, _sealed_column(key, version, incarnation))
+        column = _sealed_column(key, version, incarnation)
+        sealed = keys.seal(text, thread_id, column, _entry_life(incarnation, user))
         return "", f',"{SEALED_MEMBER}":"{sealed}"}}'
     mark = " " if text.startswith(" ") else ""
     text = text[len(mark) :]
@@ -163,7 +176,13 @@ def _make_client(
         defaults: dict[str, Any] = {"retry": Retry(NoBackoff(), 0)}
         return Redis.from_url(redis_url, **{**defaults, **(options or {})})
 
-    return make(), make, True
+    try:
+        client = make()
+    except (ValueError, TypeError) as exc:  # a URL redis-py cannot read, a bad option
+        raise ConfigError(
+            f"not a Redis URL: {masked_url(redis_url)!r} ({masked_url(exc)})"
+        ) from None
+    return client, make, True
 
 
 class CachedCheckpointer:
@@ -332,12 +351,14 @@ class CachedCheckpointer:
         prepared: float,
         text: str | None = None,
         thread_id: Any = None,
+        user: Any = None,
     ) -> bool:
-        """The guarded put of ``key`` with fences of other keys; a put prepared too long
-        ago (or a state that cannot be cached) only fences."""
+        """The guarded put of ``key`` (of ``user``'s calls; None: the unscoped key) with
+        fences of other keys; a put prepared too long ago (or a state that cannot be
+        cached) only fences."""
         redis = self._redis
         assert redis is not None
-        body = _body(state, text, self.keys, thread_id, key, version, incarnation)
+        body = _body(state, text, self.keys, thread_id, key, version, incarnation, user)
         if body is None or time.monotonic() - prepared > MAX_PUT_AGE:
             own = (incarnation, version) if incarnation is not None else BLANKET
             await redis.fence([(key, own), *fences])
@@ -378,6 +399,7 @@ class CachedCheckpointer:
             pending_invalidations=status.pending_invalidations,
         )
 
+    @guard
     async def aclose(self) -> None:
         """Close the wrapped repository and the Redis client this class created."""
         try:
@@ -445,6 +467,7 @@ class CachedCheckpointer:
                 prepared,
                 commit.state_text,
                 commit.thread_id,
+                commit.user_id if ids.isolated else None,
             )
         return commit
 
@@ -466,8 +489,13 @@ class CachedCheckpointer:
 
         Records the version read (0 for no state), and the thread's incarnation, in
         the config. An entry that does not decode is a miss: it is logged and dropped.
+        An entry of another life of the thread than the one the run recorded (it read
+        or wrote the thread since) is a miss too: the database answers, and the entry
+        is refilled.
         """
         ids = self._ids(config)
+        known = recorded_incarnation(config)
+        user = ids.user_id if ids.isolated else None
         redis = self._redis
         if redis is None:
             return await self.inner.aget_state(config)
@@ -482,8 +510,12 @@ class CachedCheckpointer:
                 log.warning("dropping a cache entry that does not decode%s: %s", where, exc)
                 await redis.drop([key])
                 entry = None
+            if entry is not None and known is not None and entry.incarnation != known:
+                # An entry of a life this run knows is not the thread's now: cached before
+                # a delete or an import, or replayed into Redis; never served.
+                entry = None
             if entry is not None and (self.keys is not None or SEALED_MEMBER in entry.state):
-                entry = await self._opened(entry, ids.thread_id, key)
+                entry = await self._opened(entry, ids.thread_id, key, user)
             if entry is not None:
                 telemetry.cache_lookup("hit")
                 record_read(config, entry.version, entry.incarnation)
@@ -493,12 +525,11 @@ class CachedCheckpointer:
         state = await self.inner.aget_state(config)
         if state is not None:
             version = recorded_version(config) or 0
-            await self._put(
-                key, state, version, recorded_incarnation(config), (), prepared, None, ids.thread_id
-            )
+            life = recorded_incarnation(config)
+            await self._put(key, state, version, life, (), prepared, None, ids.thread_id, user)
         return state
 
-    async def _opened(self, entry: Entry, thread_id: Any, key: str) -> Entry | None:
+    async def _opened(self, entry: Entry, thread_id: Any, key: str, user: Any) -> Entry | None:
         """A sealed entry opened; None (a miss, the entry dropped) when it does not open:
         sealed under a key since removed, tampered with, replayed under another
         version, life or key, or (with a key ring) not sealed at all: an entry cached
@@ -511,7 +542,10 @@ class CachedCheckpointer:
         try:
             if len(entry.state) != 1 or not isinstance(sealed, str):
                 raise DecryptionError(thread_id, CACHE, None, "not a sealed entry")
-            state = load(self.keys, sealed, thread_id, column)
+            if entry.incarnation is None:
+                raise DecryptionError(thread_id, CACHE, None, "names no incarnation")
+            life = _entry_life(entry.incarnation, user)
+            state = load(self.keys, sealed, thread_id, column, life)
         except (DecryptionError, ValueError) as exc:
             where = f" ({key})" if telemetry.record_ids() else ""
             log.warning("dropping a cache entry that does not decrypt%s: %s", where, exc)
@@ -533,6 +567,10 @@ class CachedCheckpointer:
 
         Returns:
             Whether it was stored (False when refused or when Redis is unavailable).
+
+        Raises:
+            ConfigError: No key ring, and the store holds sealed values (the entry
+                would be plaintext).
         """
         ids = self._ids(config)
         version = check_count("version", version)
@@ -540,7 +578,14 @@ class CachedCheckpointer:
         redis = self._redis
         if redis is None:
             return False
-        prefix = await self._key_prefix()
+        prefix = await self._key_prefix()  # the store is ready: its marker was read
+        if self.keys is None:
+            # plaintext into Redis beside a sealed store is what a keyless write to
+            # the database would be (the wrapped repository's own check)
+            store = getattr(self.inner, "_store", None)
+            refused = None if store is None else store.refusal()
+            if refused is not None:
+                raise refused
         key = cache_key(prefix, ids.thread_id, ids.user_id, ids.isolated)
         incarnation = recorded_incarnation(config)
         if incarnation is None and self.keys is not None:
@@ -548,7 +593,8 @@ class CachedCheckpointer:
             incarnation = await self._incarnation(ids)
             if incarnation is None:
                 return False  # the thread is gone, or not the caller's
-        body = _body(state, text, self.keys, ids.thread_id, key, version, incarnation)
+        user = ids.user_id if ids.isolated else None
+        body = _body(state, text, self.keys, ids.thread_id, key, version, incarnation, user)
         if body is None:
             return False
         stored = await redis.put(key, body, version, incarnation, replace_only=True)
@@ -558,7 +604,9 @@ class CachedCheckpointer:
         current = await self._incarnation(ids)
         if current is None or (incarnation is not None and incarnation != current):
             return False  # the thread is gone, or another life of it
-        return await self._put(key, state, version, current, (), prepared, text, ids.thread_id)
+        return await self._put(
+            key, state, version, current, (), prepared, text, ids.thread_id, user
+        )
 
     async def _incarnation(self, ids: RunIds) -> int | None:
         """The thread's incarnation in the database (None: absent, or not the caller's)."""
@@ -690,6 +738,7 @@ class CachedCheckpointer:
 
     # -- whole threads: passed through; an import fences the thread's entries ------
 
+    @guard_iter
     async def aiter_threads(self, batch: int = 500) -> AsyncIterator[ThreadInfo]:
         """Every thread of every user, in ``thread_id`` order."""
         async for info in self.inner.aiter_threads(batch):
@@ -702,35 +751,69 @@ class CachedCheckpointer:
 
     @traced(write=True)
     async def aimport_thread(
-        self, export: ThreadExport, *, on_conflict: OnConflict = "fail"
+        self,
+        export: ThreadExport,
+        *,
+        on_conflict: OnConflict = "fail",
+        allowed_types: AllowedTypes = (),
     ) -> ImportOutcome:
         """Write an exported thread back (see the repository); when that made a new
         life of the thread, fence its cache entries of both modes."""
-        [outcome] = await self.aimport_threads([export], on_conflict=on_conflict)
+        [outcome] = await self.aimport_threads(
+            [export], on_conflict=on_conflict, allowed_types=allowed_types
+        )
         return outcome
 
     @traced(write=True)
     async def aimport_threads(
-        self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
+        self,
+        exports: Sequence[ThreadExport],
+        *,
+        on_conflict: OnConflict = "fail",
+        allowed_types: AllowedTypes = (),
     ) -> list[ImportOutcome]:
         """Write exported threads back in one transaction (see the repository), then
         fence the cache entries of every thread that got a new life."""
-        return [done.outcome for done in await self.aimport(exports, on_conflict=on_conflict)]
+        done = await self.aimport(exports, on_conflict=on_conflict, allowed_types=allowed_types)
+        return [imported.outcome for imported in done]
 
     @traced(write=True)
     async def aimport(
-        self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
+        self,
+        exports: Sequence[ThreadExport],
+        *,
+        on_conflict: OnConflict = "fail",
+        allowed_types: AllowedTypes = (),
     ) -> list[Imported]:
-        """:meth:`aimport_threads`, returning what each import did. The entries of each
-        imported thread are fenced for its owner and for the owner of the life it
-        replaced (who may be another user); a skipped thread's are left alone."""
-        done = await self.inner.aimport(exports, on_conflict=on_conflict)
+        """:meth:`aimport_threads`, returning what each import did (see
+        :meth:`aimport_stream`)."""
+        given = list(exports)
+        return await self.aimport_stream(
+            lambda: ((None, export) for export in given),
+            on_conflict=on_conflict,
+            allowed_types=allowed_types,
+        )
+
+    @traced(write=True)
+    async def aimport_stream(
+        self,
+        source: Callable[[], Iterable[tuple[str | None, ThreadExport]]],
+        *,
+        on_conflict: OnConflict = "fail",
+        allowed_types: AllowedTypes = (),
+    ) -> list[Imported]:
+        """Import exports read twice from ``source`` (see the repository). The entries
+        of each imported thread are fenced for its owner and for the owner of the life
+        it replaced (who may be another user); a skipped thread's are left alone."""
+        done = await self.inner.aimport_stream(
+            source, on_conflict=on_conflict, allowed_types=allowed_types
+        )
         if self._redis is not None:
             keys: set[str | None] = set()
-            for export, imported in zip(exports, done, strict=True):
+            for imported in done:
                 # "unchanged" too: an import run again re-sends what a lost one did not
                 if imported.outcome != "skipped":
-                    keys.update(await self._keys(export.thread.thread_id, export.thread.user_id))
+                    keys.update(await self._keys(imported.thread_id, imported.user_id))
                 if imported.replaced is not None:
                     old = imported.replaced
                     keys.update(await self._keys(old.thread_id, old.user_id))
@@ -808,9 +891,10 @@ class CachedCheckpointer:
         sample: int = DEFAULT_SAMPLE,
         on_batch: ProgressHook | None = None,
         before_commit: BatchHook | None = None,
+        include_memories: bool = False,
     ) -> DeleteResult:
-        """Delete idle threads (see the repository), fencing their cache entries as
-        :meth:`adelete_user` does."""
+        """Delete idle threads (and, ``include_memories``, idle memories: see the
+        repository), fencing their cache entries as :meth:`adelete_user` does."""
         fenced = [0]
         done = await self.inner.aprune_idle(
             older_than,
@@ -819,6 +903,7 @@ class CachedCheckpointer:
             sample=sample,
             on_batch=on_batch,
             before_commit=self._fencing(before_commit, fenced),
+            include_memories=include_memories,
         )
         return replace(done, cache_keys=done.cache_keys + fenced[0])
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, MissingThreadId
 from .types import AuthPolicy
 from .validate import IdType, check_count, check_id
 
@@ -97,20 +97,24 @@ def read_config(
         isolation: The checkpointer's own ``enforce_user_isolation``.
         id_type: Type of ``thread_id``.
         user_id_type: Type of ``user_id``.
-        need_thread: False for calls that work on a user, not a thread.
+        need_thread: False for calls that work on a user, not a thread (an absent or
+            empty ``thread_id`` is then None).
 
     Raises:
+        MissingThreadId: ``need_thread`` and the config names no thread (absent,
+            None or empty).
         ConfigError: A required id is missing or invalid.
     """
     cfg = _check_config(config)
     isolated = isolation_applies(cfg, isolation)
     thread_id, _ = _lookup(cfg, "thread_id")
-    if thread_id is None:
+    if thread_id is None or thread_id == "":
         if need_thread:
-            raise ConfigError(
-                "config has no thread_id: name the thread as config['thread_id'] (or "
-                "config['configurable']['thread_id'])"
+            raise MissingThreadId(
+                f"config has {'an empty' if thread_id == '' else 'no'} thread_id: name the "
+                "thread as config['thread_id'] (or config['configurable']['thread_id'])"
             )
+        thread_id = None
     else:
         thread_id = check_id("thread_id", thread_id, id_type)
     user_id, _ = _lookup(cfg, "user_id")

@@ -14,10 +14,14 @@ __all__ = [
     "CacheUnreachable",
     "ConfigError",
     "ConnectionLost",
+    "DatabaseError",
     "DatabaseUnavailable",
     "DecryptionError",
+    "EmbeddingError",
     "ImportConflict",
     "LockTimeout",
+    "MemoryNotFound",
+    "MissingThreadId",
     "SchemaNotReady",
     "SerializationError",
     "StaleStateError",
@@ -75,7 +79,9 @@ class StaleStateError(TenxStoreError):
             message = (
                 f"thread {thread_id!r}: another run committed checkpoint {actual_version} "
                 f"after this run read the thread at {expected_version}; two runs from one "
-                "head cannot both commit: read the state again (get_state) and run again"
+                "head cannot both commit: run again with the same input, its messages "
+                "carrying ids (tenxstore.langgraph.ainvoke_retrying does both), so each "
+                "message is stored once"
             )
         else:
             message = (
@@ -97,6 +103,52 @@ class ConfigError(TenxStoreError, ValueError):
     """A run config, id or constructor argument is missing or invalid."""
 
 
+class MissingThreadId(ConfigError, KeyError):
+    """A config with no usable ``thread_id`` was given to a call that acts on a thread.
+
+    Raised before any I/O: nothing was read or written. "No usable" covers a key that
+    is absent, ``None`` or empty, and — for the LangGraph saver — one given only where
+    LangGraph does not read it (outside ``config["configurable"]``). A ``KeyError``
+    too, as LangGraph's own savers raise ``KeyError('thread_id')`` for it.
+
+    Attributes:
+        key: The missing key (``"thread_id"``).
+    """
+
+    def __init__(self, message: str, key: str = "thread_id") -> None:
+        super().__init__(message)
+        self.key = key
+
+    def __str__(self) -> str:
+        # KeyError's str() is the repr of its argument (quoted); this is a sentence.
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.key))
+
+
+class MemoryNotFound(TenxStoreError, KeyError):
+    """:meth:`~tenxstore.MemoryStore.aupdate` of a memory that is not there: never
+    stored, deleted, expired, or another user's (which reads as absent).
+
+    Attributes:
+        key: The memory's key.
+        namespace: Its namespace.
+    """
+
+    def __init__(self, key: Any, namespace: tuple[str, ...] = ("memories",)) -> None:
+        super().__init__(f"no memory {key!r} in namespace {namespace!r}")
+        self.key = key
+        self.namespace = namespace
+
+    def __str__(self) -> str:
+        # KeyError's str() is the repr of its argument (quoted); this is a sentence.
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.namespace))
+
+
 class SchemaNotReady(ConfigError):
     """The database has no tenxstore schema, or an older one than this release needs.
 
@@ -113,6 +165,48 @@ class DatabaseUnavailable(TenxStoreError, ConnectionError):
     """
 
 
+class DatabaseError(TenxStoreError):
+    """The database or its driver failed in a way tenxstore has no precise error for.
+
+    The driver's error is ``cause`` (``__cause__`` is the exception as it arrived,
+    perhaps SQLAlchemy's wrapper of it): log it. The message names only its
+    class and code (a driver's message may quote the values of a statement). Whether
+    a write was applied is not known (``committed`` is None): read before writing
+    again.
+
+    Attributes:
+        cause: The driver's (or SQLAlchemy's) exception.
+        committed: None: not known whether a write was applied.
+    """
+
+    def __init__(self, cause: BaseException) -> None:
+        for _ in range(4):  # the driver's own, from under SQLAlchemy's wrappers
+            inner = getattr(cause, "orig", None)
+            if inner is None and type(cause).__module__.startswith("sqlalchemy"):
+                inner = cause.__cause__
+            if not isinstance(inner, BaseException):
+                break
+            cause = inner
+        kind = type(cause)
+        code = (
+            getattr(cause, "sqlstate", None)
+            or getattr(cause, "pgcode", None)
+            or getattr(getattr(cause, "orig", None), "sqlstate", None)
+            or getattr(cause, "sqlite_errorname", None)
+            or getattr(cause, "errno", None)
+        )
+        where = f" ({code})" if isinstance(code, (str, int)) and code else ""
+        super().__init__(
+            f"the database failed: {kind.__module__}.{kind.__qualname__}{where}; whether a "
+            "write was applied is not known: read the thread before writing again"
+        )
+        self.cause = cause
+        self.committed: bool | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_database_error, (str(self),))
+
+
 class ThreadOwnershipError(TenxStoreError, PermissionError):
     """A write or delete touched a thread that another user owns."""
 
@@ -127,6 +221,22 @@ class ThreadOwnershipError(TenxStoreError, PermissionError):
 
 class SerializationError(TenxStoreError, TypeError):
     """A state, message, argument or result cannot be stored; nothing was written."""
+
+
+class EmbeddingError(TenxStoreError):
+    """The embedding of a :class:`~tenxstore.MemoryStore` raised, or returned something
+    that is not one vector of its ``dims`` finite numbers per text; nothing was written.
+
+    Attributes:
+        model_id: The embedding's model id.
+    """
+
+    def __init__(self, message: str, model_id: str = "") -> None:
+        super().__init__(message)
+        self.model_id = model_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.model_id))
 
 
 class DecryptionError(TenxStoreError):
@@ -289,3 +399,11 @@ def _rebuild_stale(
 ) -> StaleStateError:
     """Unpickle a StaleStateError with the message it was raised with."""
     return StaleStateError(thread_id, expected, actual, replaced, message=message)
+
+
+def _rebuild_database_error(message: str) -> TenxStoreError:
+    """Unpickle a DatabaseError (its cause stays behind: it may not pickle)."""
+    error = DatabaseError.__new__(DatabaseError)
+    TenxStoreError.__init__(error, message)
+    error.cause, error.committed = None, None  # type: ignore[assignment]
+    return error

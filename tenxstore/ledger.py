@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -31,11 +32,13 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from . import telemetry
-from .config import RunIds, recorded_incarnation
-from .crypto import ARGS, ERROR, RESULT
+from .boundary import callers_own
+from .config import RunIds, recorded_incarnation, recorded_version
+from .crypto import ARGS, ERROR, RESULT, life_of
 from .errors import (
     ConfigError,
     SerializationError,
+    StaleStateError,
     TenxStoreError,
     ToolExecutionClaimLost,
     ToolExecutionInProgress,
@@ -96,6 +99,11 @@ def _took(key: _ClaimKey, attempt: Claim | None) -> None:
     _CLAIMS.set(claims)
 
 
+def _digest(canonical: str) -> str:
+    """Arguments as an error names them: a digest of their canonical JSON."""
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 def _live(row: Any, clock: datetime) -> bool:
     lease = utc(row.lease_expires_at)
     return bool(row.status == "started" and lease is not None and lease > clock)
@@ -133,21 +141,45 @@ class ToolLedger:
         ``attempt=`` when completing or failing the call. A claim on a thread that does
         not exist creates it for the caller.
 
+        A run that read the thread (its config records the version, and the life,
+        it read) claims only in that life of the thread, as a state write does: once
+        the thread was deleted (``aclean_thread``, ``adelete_user``, ``aprune_idle``)
+        or replaced since, the claim raises ``StaleStateError`` and writes nothing —
+        an erased user's thread is never brought back by a tool call.
+
         Raises:
             ToolExecutionInProgress: Another worker holds a live claim.
             ToolExecutionMismatch: The id was used for another tool name or arguments
                 (compared as canonical JSON: ``1``, ``1.0`` and ``True`` differ).
             ThreadOwnershipError: Another user owns the thread.
+            StaleStateError: The run read the thread, and it was deleted or replaced
+                since (``replaced`` is True); nothing was written.
         """
         store = self._store
         ids = store.ids(config)
+        read_version = recorded_version(config)
+        read_life = recorded_incarnation(config)
         call_id = check_id("tool_call_id", tool_call_id)
         tool_name = check_id("tool_name", tool_name)
         args_text = store.encode_object(args, "args")
         canonical = encode(args, "args", sort_keys=True)
         x = store.tables.tool_executions
         async with store.write(ids.thread_id) as (conn, locked):
-            life = (await store.claim_thread(conn, ids, locked, store.now())).incarnation
+            # The life the run read must still be the thread's: a thread that was
+            # there when the run read it (a version above 0) and is gone, or is
+            # another life now, was deleted or replaced since.
+            gone = locked is None and bool(read_version)
+            if gone or (
+                read_life is not None and (locked is None or locked.incarnation != read_life)
+            ):
+                raise StaleStateError(
+                    ids.thread_id,
+                    read_version or 0,
+                    "(none)" if locked is None else locked.version,
+                    replaced=True,
+                )
+            thread = await store.claim_thread(conn, ids, locked, store.now())
+            life, bound = thread.incarnation, life_of(thread)  # values sealed for its life
             clock = await store.backend.clock(conn)
             row = await self._call_row(conn, ids, call_id)
             claim = {
@@ -164,24 +196,27 @@ class ToolLedger:
                         thread_id=ids.thread_id,
                         tool_call_id=call_id,
                         tool_name=tool_name,
-                        args=store.seal(args_text, ids.thread_id, ARGS),
+                        args=store.seal(args_text, ids.thread_id, ARGS, bound),
                         attempts=1,
                         **claim,
                     )
                 )
                 row = await self._call_row(conn, ids, call_id)
                 telemetry.tool_outcome(log, "claimed", tool_name)
-                return tool_execution(ids.thread_id, row, store.keys), (life, 1)
-            stored = store.load(row.args, ids.thread_id, ARGS)
-            if row.tool_name != tool_name or encode(stored, sort_keys=True) != canonical:
+                return tool_execution(ids.thread_id, row, store.keys, bound), (life, 1)
+            stored = encode(store.load(row.args, ids.thread_id, ARGS, bound), sort_keys=True)
+            if row.tool_name != tool_name or stored != canonical:
                 telemetry.tool_outcome(log, "mismatch", tool_name)
+                # Arguments are named by a digest, never shown: they are the user's
+                # data (sealed at rest when encryption is on), and this goes to logs.
                 raise ToolExecutionMismatch(
                     f"tool call {call_id!r} of thread {ids.thread_id!r} was made as "
-                    f"{row.tool_name!r} with {stored!r}, not {tool_name!r} with {args!r}"
+                    f"{row.tool_name!r} with arguments {_digest(stored)}, not "
+                    f"{tool_name!r} with arguments {_digest(canonical)}"
                 )
             if row.status == "succeeded":
                 telemetry.tool_outcome(log, "replayed", tool_name)
-                return tool_execution(ids.thread_id, row, store.keys), None
+                return tool_execution(ids.thread_id, row, store.keys, bound), None
             if _live(row, clock):
                 telemetry.tool_outcome(log, "in_progress", tool_name)
                 raise ToolExecutionInProgress(ids.thread_id, call_id, utc(row.lease_expires_at))
@@ -190,7 +225,7 @@ class ToolLedger:
             stmt = update(x).where(*here).values(attempts=x.c.attempts + 1, **claim)
             row = await self._store.backend.update_returning(conn, stmt, x, *here)
         telemetry.tool_outcome(log, again, tool_name)
-        return tool_execution(ids.thread_id, row, store.keys), (life, row.attempts)
+        return tool_execution(ids.thread_id, row, store.keys, bound), (life, row.attempts)
 
     def _key(self, ids: RunIds, call_id: str) -> _ClaimKey:
         return (id(self._store), ids.thread_id, call_id)
@@ -285,13 +320,15 @@ class ToolLedger:
                 )
             if row.status == "succeeded":
                 telemetry.tool_outcome(log, "kept", row.tool_name)
-                return tool_execution(ids.thread_id, row, store.keys)  # the first success wins
+                # the first success wins
+                return tool_execution(ids.thread_id, row, store.keys, life_of(locked))
             if life is not None and locked.incarnation != life:  # a claim of a life gone
                 telemetry.tool_outcome(log, "claim_lost", row.tool_name)
                 raise ToolExecutionClaimLost(
                     ids.thread_id, call_id, attempt or 0, row.attempts, replaced=True
                 )
             clock = await store.backend.clock(conn)
+            tid, bound = ids.thread_id, life_of(locked)  # sealed for the locked row's life
             # A late outcome (its claim's lease expired and the call was claimed again):
             # only a success may still land, and never over a live claim.
             late = attempt is not None and attempt != row.attempts
@@ -304,8 +341,8 @@ class ToolLedger:
                 .where(*here)
                 .values(
                     status=status,
-                    result=None if result is None else store.seal(result, ids.thread_id, RESULT),
-                    error=None if error is None else store.seal(error, ids.thread_id, ERROR),
+                    result=None if result is None else store.seal(result, tid, RESULT, bound),
+                    error=None if error is None else store.seal(error, tid, ERROR, bound),
                     lease_expires_at=None,
                     finished_at=clock,
                 )
@@ -313,7 +350,7 @@ class ToolLedger:
             row = await self._store.backend.update_returning(conn, stmt, x, *here)
         _took(self._key(ids, call_id), None)
         telemetry.tool_outcome(log, status, row.tool_name)
-        return tool_execution(ids.thread_id, row, store.keys)
+        return tool_execution(ids.thread_id, row, store.keys, bound)
 
     async def aget_tool_execution(
         self, config: dict[str, Any], tool_call_id: str
@@ -322,25 +359,28 @@ class ToolLedger:
         store = self._store
         ids = store.ids(config)
         call_id = check_id("tool_call_id", tool_call_id)
-        x = store.tables.tool_executions
-        rows = await store.read(
-            select(*x.c).where(
-                x.c.thread_id == store.visible_thread(ids), x.c.tool_call_id == call_id
-            )
+        x, t = store.tables.tool_executions, store.tables.threads
+        rows = await store.read(  # the thread's life joined in: what its values are sealed for
+            select(*x.c, *store.life_columns)
+            .join(t, t.c.thread_id == x.c.thread_id)
+            .where(x.c.thread_id == ids.thread_id, store.owned(ids), x.c.tool_call_id == call_id)
         )
-        return tool_execution(ids.thread_id, rows[0], store.keys) if rows else None
+        if not rows:
+            return None
+        return tool_execution(ids.thread_id, rows[0], store.keys, life_of(rows[0]))
 
     async def alist_tool_executions(self, config: dict[str, Any]) -> list[ToolExecution]:
         """Every tool call of the thread, in the order they were first claimed."""
         store = self._store
         ids = store.ids(config)
-        x = store.tables.tool_executions
+        x, t = store.tables.tool_executions, store.tables.threads
         rows = await store.read(
-            select(*x.c)
-            .where(x.c.thread_id == store.visible_thread(ids))
+            select(*x.c, *store.life_columns)
+            .join(t, t.c.thread_id == x.c.thread_id)
+            .where(x.c.thread_id == ids.thread_id, store.owned(ids))
             .order_by(x.c.started_at, x.c.tool_call_id)
         )
-        return [tool_execution(ids.thread_id, row, store.keys) for row in rows]
+        return [tool_execution(ids.thread_id, row, store.keys, life_of(row)) for row in rows]
 
     async def arun_tool_once(
         self,
@@ -378,24 +418,41 @@ class ToolLedger:
             await self._record(ids, call_id, "failed", None, "cancelled while it ran", attempt)
             raise
         except Exception as exc:
+            callers_own(exc)  # the tool's own exception: through the boundary as it is
             why = f"{type(exc).__name__}: {exc}"
             if await self._record(ids, call_id, "failed", None, why, attempt):
                 raise asyncio.CancelledError from exc
             raise
         # The body has run: from here its outcome is recorded even if we are cancelled.
+        # A result the store refuses — not JSON, or too large for the server (MySQL's
+        # max_allowed_packet, SQLite's length limit) — is recorded as a success without
+        # it: running the body again could never store it either, and a claim left
+        # "started" would run it again, and again, each time its lease ran out.
+        refused: SerializationError
+        cancelled = False
         try:
             text = encode(outcome, "result")
         except SerializationError as exc:
-            why = f"{UNSTORABLE}: {exc}"
-            if await self._record(ids, call_id, "succeeded", None, why, attempt):
-                raise asyncio.CancelledError from exc
-            raise SerializationError(f"tool call {call_id!r} ran, but {why}") from exc
-        done, cancelled = await _to_the_end(
-            self._finish(ids, call_id, "succeeded", text, None, attempt)
-        )
-        if cancelled:
-            raise asyncio.CancelledError
-        return done.result
+            refused = exc
+        else:
+            try:
+                done, cancelled = await _to_the_end(
+                    self._finish(ids, call_id, "succeeded", text, None, attempt)
+                )
+            except SerializationError as exc:
+                refused = exc
+            except asyncio.CancelledError as exc:
+                if not isinstance(exc.__cause__, SerializationError):
+                    raise
+                refused, cancelled = exc.__cause__, True
+            else:
+                if cancelled:
+                    raise asyncio.CancelledError
+                return done.result
+        why = f"{UNSTORABLE}: {refused}"
+        if await self._record(ids, call_id, "succeeded", None, why, attempt) or cancelled:
+            raise asyncio.CancelledError from refused
+        raise SerializationError(f"tool call {call_id!r} ran, but {why}") from refused
 
     async def _record(
         self,

@@ -22,7 +22,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-__all__ = ["BackgroundLoop", "CrossLoopLock", "PerLoop", "shut_down"]
+__all__ = ["LANGGRAPH_LOOP", "BackgroundLoop", "CrossLoopLock", "PerLoop", "shut_down"]
 
 T = TypeVar("T")
 
@@ -329,3 +329,9 @@ class BackgroundLoop:
 
 async def _awaited(work: Awaitable[T]) -> T:
     return await work
+
+
+LANGGRAPH_LOOP = BackgroundLoop("tenxstore-langgraph")
+"""The loop every synchronous LangGraph call of tenxstore runs its async twin on (the
+saver's ``get_tuple``/``put``..., a ``ReplaySafeToolNode`` in a sync graph): one pool of
+connections serves them all."""

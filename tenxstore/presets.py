@@ -13,13 +13,13 @@ from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ._asyncpg_pool import engine_from_asyncpg_pool
 from .backends import PoolMode, async_url
+from .backends.asyncpg_pool import engine_from_asyncpg_pool
 from .cache import DEFAULT_KEY_PREFIX, CachedCheckpointer
 from .crypto import KeyRing
 from .errors import ConfigError
 from .repository import CheckpointRepository
-from .validate import IdType
+from .validate import IdType, masked_url
 
 __all__ = ["InMemoryCheckpointer", "PgCheckpointer", "SqliteCheckpointer"]
 
@@ -97,8 +97,8 @@ class PgCheckpointer(CachedCheckpointer):
                 raise ConfigError(f"postgres_dsn must be a str, not {type(postgres_dsn).__name__}")
             try:
                 backend = make_url(postgres_dsn).get_backend_name()
-            except ArgumentError:
-                backend = None
+            except (ArgumentError, ValueError):  # ValueError: a port that is not a number
+                raise ConfigError(f"not a database URL: {masked_url(postgres_dsn)!r}") from None
             if backend not in ("postgresql", "postgres"):
                 raise ConfigError(
                     "postgres_dsn must be a PostgreSQL URL (postgresql://user@host/db); "
@@ -175,7 +175,9 @@ class SqliteCheckpointer(_OptionalCache):
             if async_url(url).database in (None, "", ":memory:"):
                 raise ConfigError("SqliteCheckpointer needs a file; use InMemoryCheckpointer")
         elif "://" in url:
-            raise ConfigError(f"path must be a file path or a sqlite:/// URL, not {url!r}")
+            raise ConfigError(
+                f"path must be a file path or a sqlite:/// URL, not {masked_url(url)!r}"
+            )
         else:
             url = f"sqlite+aiosqlite:///{url}"
         repository = CheckpointRepository(

@@ -14,7 +14,8 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from .langgraph_tables import LangGraphTables
-from .lifecycle import BatchHook, DeleteResult, ProgressHook
+from .langgraph_values import AllowedTypes
+from .lifecycle import DEFAULT_BATCH_SIZE, DEFAULT_SAMPLE, BatchHook, DeleteResult, ProgressHook
 from .stats import StoreStats
 from .types import (
     Commit,
@@ -187,43 +188,67 @@ class Checkpointer(Protocol):
         """Everything stored of one thread."""
 
     async def aimport_thread(
-        self, export: ThreadExport, *, on_conflict: OnConflict = "fail"
+        self,
+        export: ThreadExport,
+        *,
+        on_conflict: OnConflict = "fail",
+        allowed_types: AllowedTypes = (),
     ) -> ImportOutcome:
         """Write an exported thread back."""
 
     async def aimport_threads(
-        self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
+        self,
+        exports: Sequence[ThreadExport],
+        *,
+        on_conflict: OnConflict = "fail",
+        allowed_types: AllowedTypes = (),
     ) -> list[ImportOutcome]:
         """Write exported threads back, all or nothing."""
 
     async def aimport(
-        self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
+        self,
+        exports: Sequence[ThreadExport],
+        *,
+        on_conflict: OnConflict = "fail",
+        allowed_types: AllowedTypes = (),
     ) -> list[Imported]:
         """``aimport_threads`` returning what each import did."""
+
+    async def aimport_stream(
+        self,
+        source: Callable[[], Iterable[tuple[str | None, ThreadExport]]],
+        *,
+        on_conflict: OnConflict = "fail",
+        allowed_types: AllowedTypes = (),
+    ) -> list[Imported]:
+        """Import exports read twice from ``source``: checked, then written, all or
+        nothing, memory bounded by the largest thread."""
 
     async def adelete_user(
         self,
         user_id: Any,
         *,
-        batch_size: int = ...,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         dry_run: bool = False,
-        sample: int = ...,
+        sample: int = DEFAULT_SAMPLE,
         on_batch: ProgressHook | None = None,
         before_commit: BatchHook | None = None,
     ) -> DeleteResult:
-        """Erase every thread of a user, in batches."""
+        """Erase every thread and memory of a user, in batches."""
 
     async def aprune_idle(
         self,
         older_than: timedelta,
         *,
-        batch_size: int = ...,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         dry_run: bool = False,
-        sample: int = ...,
+        sample: int = DEFAULT_SAMPLE,
         on_batch: ProgressHook | None = None,
         before_commit: BatchHook | None = None,
+        include_memories: bool = False,
     ) -> DeleteResult:
-        """Delete the threads not used for ``older_than``, in batches."""
+        """Delete the threads (``include_memories``: and memories) not used for
+        ``older_than``, in batches."""
 
     async def astats(self, *, top: int = 10, exact: bool = False) -> StoreStats:
         """What the store holds."""

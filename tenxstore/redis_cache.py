@@ -44,6 +44,7 @@ from redis.exceptions import (
 )
 
 from . import telemetry
+from .backends.driver import causes
 from .loops import PerLoop, shut_down
 from .serde import RESERVED_KEY, decode
 from .validate import MAX_COUNT
@@ -207,14 +208,7 @@ async def _within(work: Awaitable[Any], seconds: float) -> Any:
 
 
 def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
-    seen: BaseException | None = exc
-    for _ in range(5):
-        if seen is None:
-            return False
-        if isinstance(seen, kind):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
+    return any(isinstance(seen, kind) for seen in causes(exc))
 
 
 def _problem(exc: BaseException) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from datetime import timedelta
+from datetime import timedelta, timezone
 from typing import Any
 
 from sqlalchemy import select, update
@@ -24,11 +24,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from . import migrate
 from .backends import DEFAULT_LOCK_TIMEOUT_S, POOL_MODES, Backend, PoolMode, open_backend
 from .backends.base import HeadWrite
+from .backends.retry import RetryPolicy
+from .boundary import guard, guard_iter
 from .config import record_read, recorded_incarnation, recorded_version
-from .crypto import MESSAGE, META, METADATA, NAME, STATE, KeyRing
+from .crypto import MESSAGE, META, METADATA, NAME, STATE, KeyRing, Life, life_of
 from .errors import ConfigError, SerializationError, StaleStateError, TenxStoreError
 from .exports import ThreadExports
 from .langgraph_tables import LangGraphTables
+from .langgraph_values import AllowedTypes
 from .ledger import ToolLedger
 from .lifecycle import (
     DEFAULT_BATCH_SIZE,
@@ -42,7 +45,7 @@ from .models import tables_for
 from .serde import encode, encode_state
 from .statements import Statements, snapshot_of, thread_info
 from .stats import Stats, StoreStats
-from .store import Settings, Store
+from .store import Settings, Store, keyless_refusal
 from .telemetry import traced
 from .types import (
     Commit,
@@ -64,6 +67,7 @@ from .validate import (
     check_id_type,
     check_limit,
     check_positive_number,
+    check_schema_name,
     is_int,
 )
 
@@ -95,6 +99,11 @@ class CheckpointRepository:
         keys: The :class:`~tenxstore.crypto.KeyRing` that seals every payload
             (AES-256-GCM; see docs/encryption.md). ``None`` reads ``TENXSTORE_KEYS``;
             when that is unset too, payloads are stored in clear.
+        retry: How often, and after what wait, work that provably never took effect
+            is tried again (a connection that broke while it opened, a pooled one
+            found dead before anything was sent, a read): a
+            :class:`~tenxstore.RetryPolicy`; default two tries, no wait. A write that
+            reached the server is never sent again.
 
     Raises:
         ConfigError: An argument is invalid (a ``ValueError``).
@@ -114,8 +123,11 @@ class CheckpointRepository:
         lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT_S,
         pool_mode: PoolMode = "session",
         keys: KeyRing | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         pool_mode = check_choice("pool_mode", pool_mode, POOL_MODES)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigError(f"retry must be a tenxstore.RetryPolicy, not {type(retry).__name__}")
         if keys is None:
             keys = KeyRing.from_env()
         elif not isinstance(keys, KeyRing):
@@ -136,8 +148,7 @@ class CheckpointRepository:
             ),
             keys=keys,
         )
-        if schema is not None and (not isinstance(schema, str) or not schema):
-            raise ConfigError(f"schema must be a non-empty str, not {schema!r}")
+        schema = check_schema_name(schema)
         if engine_options is not None and not isinstance(engine_options, dict):
             raise ConfigError("engine_options must be a dict")
         backend = open_backend(
@@ -146,11 +157,15 @@ class CheckpointRepository:
             lock_timeout=lock_timeout,
             pool_mode=pool_mode,
         )
+        if retry is not None:
+            backend.retry = retry
         if schema is not None and not backend.supports_schema:
             raise ConfigError(f"schema= is a PostgreSQL option; {backend.dialect} has no schemas")
         tables = tables_for(settings.id_type, settings.user_id_type, schema)
         self._store = store = Store(backend, Statements(tables, backend), settings, schema)
-        backend.create_schema_on_first_use(self._migrate_on)
+        backend.create_schema_on_first_use(
+            self._migrate_on, template=(settings.id_type, settings.user_id_type)
+        )
         self.schema = schema
         self.pool_mode = pool_mode
         self.lock_timeout = lock_timeout
@@ -295,15 +310,29 @@ class CheckpointRepository:
         needs. Never raises for what it finds; see :class:`Health`."""
         store = self._store
         head = migrate.head_revision()
+        sealed = None
         try:
             async with store.backend.connect() as conn:
                 revision, _ = await migrate.read_schema(conn, self.schema)
+                if revision == head:  # the marker's column is there
+                    found = await conn.execute(select(store.tables.store.c.sealed_since))
+                    sealed = found.scalar()
         except TenxStoreError as exc:
             return Health(store.where(), str(exc), None, head)
         except DBAPIError as exc:
             return Health(store.where(), f"{type(exc.orig).__name__}: {exc.orig}", None, head)
-        return Health(store.where(), None, revision, head)
+        since = None if sealed is None else sealed.replace(tzinfo=sealed.tzinfo or timezone.utc)
+        refused = keyless_refusal(store.where(), since) if self.keys is None else None
+        return Health(
+            store.where(),
+            None,
+            revision,
+            head,
+            sealed_since=since,
+            encryption_error=None if refused is None else str(refused),
+        )
 
+    @guard
     async def aclose(self) -> None:
         """Close the connection pool if this repository created it."""
         await self._store.backend.aclose()
@@ -371,30 +400,34 @@ class CheckpointRepository:
         payload = encode_state(state)
         meta_text = None if meta is None else store.encode_object(meta, "meta")
         message_rows = store.encode_messages(messages)
-        stored = payload  # the cache is given the plaintext; the database the sealed text
-        if store.keys is not None:
-            stored = store.keys.seal(payload, ids.thread_id, STATE)
-            if meta_text is not None:
-                meta_text = store.keys.seal(meta_text, ids.thread_id, META)
-            message_rows = store.seal_messages(message_rows, ids.thread_id)
+        # Sealed values name the thread's life (incarnation and owner). Before any I/O
+        # that is known only as the life the run recorded, owned by the caller: sealed
+        # for it, the write may commit in one step only in that life (the step's
+        # compare-and-swap checks both). Otherwise they are sealed under the lock, for
+        # the row found or created there: never for a life they are not stored in.
+        presumed = None if expected_life is None else Life(expected_life, ids.user_id)
+        sealed = (payload, meta_text, message_rows)  # as stored; the cache gets the plaintext
+        if store.keys is not None and presumed is not None:
+            sealed = self._seal_write(ids.thread_id, payload, meta_text, message_rows, presumed)
         now = store.now()
-        owner = ids.user_id if ids.isolated else None
-        head = await store.commit_head(
-            HeadWrite(
-                ids.thread_id,
-                owner,
-                expected,
-                expected_life,
-                stored,
-                meta_text,
-                now,
-                message_rows,
-                self.state_history_limit,
+        if store.keys is None or presumed is not None:
+            head = await store.commit_head(
+                HeadWrite(
+                    ids.thread_id,
+                    ids.user_id if store.keys is not None or ids.isolated else None,
+                    store.keys is not None or ids.isolated,
+                    expected,
+                    expected_life,
+                    sealed[0],
+                    sealed[1],
+                    now,
+                    sealed[2],
+                    self.state_history_limit,
+                )
             )
-        )
-        if head is not None:  # the common case, in one step
-            record_read(config, head.version, head.incarnation)
-            return Commit(ids.thread_id, head.user_id, head.incarnation, head.version, payload)
+            if head is not None:  # the common case, in one step
+                record_read(config, head.version, head.incarnation)
+                return Commit(ids.thread_id, head.user_id, head.incarnation, head.version, payload)
         # The thread is absent, another user's, or not at the version the run read (or
         # this mode has no one-step write): lock it, create it or raise the precise error.
         async with store.write(ids.thread_id) as (conn, locked):
@@ -403,6 +436,9 @@ class CheckpointRepository:
             replaced = expected_life is not None and expected_life != life
             if expected is not None and (expected != version or replaced):
                 raise StaleStateError(ids.thread_id, expected, version, replaced)
+            if store.keys is not None and life_of(row) != presumed:
+                bound = life_of(row)  # the life found, or made, under the lock
+                sealed = self._seal_write(ids.thread_id, payload, meta_text, message_rows, bound)
             version += 1
             upto = version - self.state_history_limit
             await store.backend.write_state(
@@ -411,16 +447,32 @@ class CheckpointRepository:
                 {
                     "b_thread": ids.thread_id,
                     "b_version": version,
-                    "b_state": stored,
-                    "b_meta": meta_text,
+                    "b_state": sealed[0],
+                    "b_meta": sealed[1],
                     "b_now": now,
                     "b_upto": upto,
-                    "messages": message_rows,
+                    "messages": sealed[2],
                 },
                 prune=upto > 0,
             )
         record_read(config, version, life)
         return Commit(ids.thread_id, row.user_id, life, version, payload)
+
+    def _seal_write(
+        self,
+        thread_id: Any,
+        state: str,
+        meta: str | None,
+        messages: list[dict[str, Any]],
+        life: Life,
+    ) -> tuple[str, str | None, list[dict[str, Any]]]:
+        """A state write's state, meta and message rows sealed for the thread's ``life``."""
+        store = self._store
+        return (
+            store.seal(state, thread_id, STATE, life),
+            None if meta is None else store.seal(meta, thread_id, META, life),
+            store.seal_messages(messages, thread_id, life),
+        )
 
     @traced(write=True)
     async def aput_state(
@@ -440,7 +492,8 @@ class CheckpointRepository:
         record_read(config, head.version, head.incarnation)
         if head.state is None:
             return None
-        state: dict[str, Any] = self._store.load(head.state, ids.thread_id, STATE)
+        life = Life(head.incarnation, head.user_id)
+        state: dict[str, Any] = self._store.load(head.state, ids.thread_id, STATE, life)
         return state
 
     @traced()
@@ -466,14 +519,18 @@ class CheckpointRepository:
         store = self._store
         ids = store.ids(config)
         limit = check_limit(limit)
-        s = store.tables.states
-        stmt = (
-            select(s.c.version, s.c.state_data, s.c.meta, s.c.created_at)
-            .where(s.c.thread_id == store.visible_thread(ids))
+        s, t = store.tables.states, store.tables.threads
+        stmt = (  # the thread's life joined in: what its values are sealed for
+            select(s.c.version, s.c.state_data, s.c.meta, s.c.created_at, *store.life_columns)
+            .join(t, t.c.thread_id == s.c.thread_id)
+            .where(s.c.thread_id == ids.thread_id, store.owned(ids))
             .order_by(s.c.version.desc())
             .limit(limit)
         )
-        return [snapshot_of(row, ids.thread_id, store.keys) for row in await store.read(stmt)]
+        return [
+            snapshot_of(row, ids.thread_id, store.keys, life_of(row))
+            for row in await store.read(stmt)
+        ]
 
     @traced()
     async def aget_messages(
@@ -489,8 +546,12 @@ class CheckpointRepository:
         store = self._store
         ids = store.ids(config)
         limit = check_limit(limit)
-        m = store.tables.messages
-        stmt = select(m.c.payload).where(m.c.thread_id == store.visible_thread(ids))
+        m, t = store.tables.messages, store.tables.threads
+        stmt = (  # the thread's life joined in: what its values are sealed for
+            select(m.c.payload, *store.life_columns)
+            .join(t, t.c.thread_id == m.c.thread_id)
+            .where(m.c.thread_id == ids.thread_id, store.owned(ids))
+        )
         if after_id is not None:
             after = (
                 select(m.c.seq)
@@ -501,7 +562,10 @@ class CheckpointRepository:
             )
             stmt = stmt.where(m.c.seq > after)
         stmt = stmt.order_by(m.c.seq).limit(limit)
-        return [store.load(row.payload, ids.thread_id, MESSAGE) for row in await store.read(stmt)]
+        return [
+            store.load(row.payload, ids.thread_id, MESSAGE, life_of(row))
+            for row in await store.read(stmt)
+        ]
 
     # -- threads ---------------------------------------------------------------------
 
@@ -518,19 +582,19 @@ class CheckpointRepository:
         """
         store = self._store
         ids = store.ids(config)
-        values: dict[str, Any] = {}
+        plain: dict[str, tuple[str, str]] = {}
         if name is not None:
             if not isinstance(name, str):
                 raise SerializationError(f"name must be a str, not {type(name).__name__}")
-            values["name"] = store.seal(encode(name, "name"), ids.thread_id, NAME)
+            plain["name"] = (encode(name, "name"), NAME)
         if metadata is not None:
-            values["metadata"] = store.seal(
-                store.encode_object(metadata, "metadata"), ids.thread_id, METADATA
-            )
+            plain["metadata"] = (store.encode_object(metadata, "metadata"), METADATA)
         now = store.now()
         t = store.tables.threads
         async with store.write(ids.thread_id) as (conn, locked):
-            await store.claim_thread(conn, ids, locked, now)
+            life = life_of(await store.claim_thread(conn, ids, locked, now))
+            # sealed for the life the lock found (or created): a name is the thread's
+            values = {k: store.seal(v, ids.thread_id, c, life) for k, (v, c) in plain.items()}
             here = t.c.thread_id == ids.thread_id
             stmt = update(t).where(here).values(updated_at=now, **values)
             row = await store.backend.update_returning(conn, stmt, t, here)
@@ -582,7 +646,7 @@ class CheckpointRepository:
         """:meth:`aclean_thread`, returning what was deleted (None: no such thread)."""
         store = self._store
         ids = store.ids(config)
-        async with store.write(ids.thread_id) as (conn, locked):
+        async with store.write(ids.thread_id, deletes_only=True) as (conn, locked):
             if locked is None:
                 return None
             store.check_owner(ids, locked)
@@ -667,6 +731,7 @@ class CheckpointRepository:
 
     # -- whole threads (see ThreadExports) ----------------------------------------------
 
+    @guard_iter
     async def aiter_threads(self, batch: int = 500) -> AsyncIterator[ThreadInfo]:
         """Every thread of every user, in ``thread_id`` order, read ``batch`` at a time."""
         async for info in self.exports.aiter_threads(batch):
@@ -680,27 +745,60 @@ class CheckpointRepository:
 
     @traced(write=True)
     async def aimport_thread(
-        self, export: ThreadExport, *, on_conflict: OnConflict = "fail"
+        self,
+        export: ThreadExport,
+        *,
+        on_conflict: OnConflict = "fail",
+        allowed_types: AllowedTypes = (),
     ) -> ImportOutcome:
         """Write an exported thread back, in one transaction (see
         :meth:`ThreadExports.aimport_thread`)."""
-        return await self.exports.aimport_thread(export, on_conflict=on_conflict)
+        return await self.exports.aimport_thread(
+            export, on_conflict=on_conflict, allowed_types=allowed_types
+        )
 
     @traced(write=True)
     async def aimport_threads(
-        self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
+        self,
+        exports: Sequence[ThreadExport],
+        *,
+        on_conflict: OnConflict = "fail",
+        allowed_types: AllowedTypes = (),
     ) -> list[ImportOutcome]:
         """Write exported threads back in ONE transaction; any error writes nothing (see
         :meth:`ThreadExports.aimport_threads`)."""
-        return await self.exports.aimport_threads(exports, on_conflict=on_conflict)
+        return await self.exports.aimport_threads(
+            exports, on_conflict=on_conflict, allowed_types=allowed_types
+        )
 
     @traced(write=True)
     async def aimport(
-        self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
+        self,
+        exports: Sequence[ThreadExport],
+        *,
+        on_conflict: OnConflict = "fail",
+        allowed_types: AllowedTypes = (),
     ) -> list[Imported]:
         """:meth:`aimport_threads`, returning what each import did (with the life it
         replaced), as a cache needs to know it."""
-        return await self.exports.aimport(exports, on_conflict=on_conflict)
+        return await self.exports.aimport(
+            exports, on_conflict=on_conflict, allowed_types=allowed_types
+        )
+
+    @traced(write=True)
+    async def aimport_stream(
+        self,
+        source: Callable[[], Iterable[tuple[str | None, ThreadExport]]],
+        *,
+        on_conflict: OnConflict = "fail",
+        allowed_types: AllowedTypes = (),
+    ) -> list[Imported]:
+        """Import exports read twice from ``source`` — checked, then written in ONE
+        transaction — with memory bounded by the largest thread (see
+        :meth:`ThreadExports.aimport_stream`)."""
+        return await self.exports.aimport_stream(
+            source, on_conflict=on_conflict, allowed_types=allowed_types
+        )
 
     # -- data lifecycle (see Lifecycle) and stats ---------------------------------------
 
@@ -716,7 +814,9 @@ class CheckpointRepository:
         before_commit: BatchHook | None = None,
     ) -> DeleteResult:
         """Erase a user: delete every thread ``user_id`` owns, with its states,
-        messages, tool executions and LangGraph checkpoints, writes and values.
+        messages, tool executions and LangGraph checkpoints, writes and values, and
+        every long-term memory of the user with its history (after the threads, in
+        batches of ``batch_size`` memories).
 
         Works in batches of ``batch_size`` threads, each its own short transaction
         that locks its threads, deletes them whole and commits: a thread is either
@@ -763,6 +863,7 @@ class CheckpointRepository:
         sample: int = DEFAULT_SAMPLE,
         on_batch: ProgressHook | None = None,
         before_commit: BatchHook | None = None,
+        include_memories: bool = False,
     ) -> DeleteResult:
         """Retention: delete every thread (of every user) not used for ``older_than``.
 
@@ -782,6 +883,9 @@ class CheckpointRepository:
             sample: Threads listed in a dry run's result.
             on_batch: Called after each batch commits with the totals so far.
             before_commit: Awaited inside each batch's transaction before it commits.
+            include_memories: Also delete the long-term memories (of every user) not
+                written for ``older_than``, with their history; without it memories
+                are left alone (they are meant to outlive threads).
 
         Raises:
             ConfigError: ``older_than`` is not a positive ``timedelta``, or a bad
@@ -794,6 +898,7 @@ class CheckpointRepository:
             sample=sample,
             on_batch=on_batch,
             before_commit=before_commit,
+            include_memories=include_memories,
         )
 
     @traced()

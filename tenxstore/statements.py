@@ -18,7 +18,19 @@ from sqlalchemy import and_, bindparam, delete, insert, select, update
 from sqlalchemy.sql.elements import BindParameter
 
 from .backends import Backend
-from .crypto import ARGS, ERROR, META, METADATA, NAME, RESULT, STATE, KeyRing, open_json
+from .crypto import (
+    ARGS,
+    ERROR,
+    META,
+    METADATA,
+    NAME,
+    RESULT,
+    STATE,
+    KeyRing,
+    Life,
+    life_of,
+    open_json,
+)
 from .models import Tables
 from .serde import decode
 from .types import StateSnapshot, ThreadInfo, ToolExecution
@@ -54,7 +66,8 @@ class Statements:
         )
         self.prune = delete(s).where(s.c.thread_id == thread, s.c.version <= bindparam("b_upto"))
         self.state_write = backend.build_state_write(tables)
-        head = select(t.c.version, t.c.incarnation, s.c.state_data).select_from(
+        # the owner last: the hot paths read the first three columns by place
+        head = select(t.c.version, t.c.incarnation, s.c.state_data, t.c.user_id).select_from(
             t.outerjoin(s, and_(s.c.thread_id == t.c.thread_id, s.c.version == t.c.version))
         )
         self.head_state = head.where(t.c.thread_id == thread)
@@ -73,47 +86,50 @@ def utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=timezone.utc)
 
 
-def load(keys: KeyRing | None, text: str, thread_id: Any, column: str) -> Any:
-    """A stored JSON payload's value, opened with ``keys`` when sealed (see
-    :func:`tenxstore.crypto.open_json`: an opened envelope goes to the decoder as bytes)."""
-    return decode(open_json(keys, text, thread_id, column))
+def load(keys: KeyRing | None, text: str, thread_id: Any, column: str, life: Life | None) -> Any:
+    """A stored JSON payload's value, opened with ``keys`` when sealed (for the thread's
+    ``life``, read with it; see :func:`tenxstore.crypto.open_json`: an opened envelope
+    goes to the decoder as bytes)."""
+    return decode(open_json(keys, text, thread_id, column, life))
 
 
-def snapshot_of(row: Any, thread_id: Any, keys: KeyRing | None) -> StateSnapshot:
+def snapshot_of(row: Any, thread_id: Any, keys: KeyRing | None, life: Life) -> StateSnapshot:
     """A ``states`` row of ``thread_id`` as a :class:`StateSnapshot` (opened with
-    ``keys`` when sealed)."""
+    ``keys`` when sealed, for the thread's ``life``)."""
     return StateSnapshot(
         version=row.version,
-        state=load(keys, row.state_data, thread_id, STATE),
-        meta={} if row.meta is None else load(keys, row.meta, thread_id, META),
+        state=load(keys, row.state_data, thread_id, STATE, life),
+        meta={} if row.meta is None else load(keys, row.meta, thread_id, META, life),
         created_at=utc(row.created_at),  # type: ignore[arg-type]  # never NULL
     )
 
 
 def thread_info(row: Any, keys: KeyRing | None) -> ThreadInfo:
-    """A ``threads`` row as a :class:`ThreadInfo` (opened with ``keys`` when sealed)."""
-    tid = row.thread_id
+    """A ``threads`` row as a :class:`ThreadInfo` (opened with ``keys`` when sealed, for
+    the life the row itself names: its incarnation and owner)."""
+    tid, life = row.thread_id, life_of(row)
     return ThreadInfo(
         thread_id=tid,
         user_id=row.user_id,
-        name=None if row.name is None else load(keys, row.name, tid, NAME),
-        metadata={} if row.metadata is None else load(keys, row.metadata, tid, METADATA),
+        name=None if row.name is None else load(keys, row.name, tid, NAME, life),
+        metadata={} if row.metadata is None else load(keys, row.metadata, tid, METADATA, life),
         created_at=utc(row.created_at),
         updated_at=utc(row.updated_at),
         version=row.version,
     )
 
 
-def tool_execution(thread_id: Any, row: Any, keys: KeyRing | None) -> ToolExecution:
-    """A ``tool_executions`` row as a :class:`ToolExecution` (opened with ``keys``)."""
+def tool_execution(thread_id: Any, row: Any, keys: KeyRing | None, life: Life) -> ToolExecution:
+    """A ``tool_executions`` row as a :class:`ToolExecution` (opened with ``keys``, for
+    the thread's ``life``)."""
     return ToolExecution(
         thread_id=thread_id,
         tool_call_id=row.tool_call_id,
         tool_name=row.tool_name,
-        args=load(keys, row.args, thread_id, ARGS),
+        args=load(keys, row.args, thread_id, ARGS, life),
         status=row.status,
-        result=None if row.result is None else load(keys, row.result, thread_id, RESULT),
-        error=None if row.error is None else load(keys, row.error, thread_id, ERROR),
+        result=None if row.result is None else load(keys, row.result, thread_id, RESULT, life),
+        error=None if row.error is None else load(keys, row.error, thread_id, ERROR, life),
         attempts=row.attempts,
         started_at=utc(row.started_at),  # type: ignore[arg-type]  # never NULL
         finished_at=utc(row.finished_at),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, delete, select
+from sqlalchemy import ColumnElement, and_, delete, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
@@ -24,8 +24,8 @@ from . import migrate
 from .backends import Backend
 from .backends.base import Head, HeadWrite
 from .config import RunIds, read_config
-from .crypto import MESSAGE, KeyRing
-from .errors import SerializationError, StaleStateError, ThreadOwnershipError
+from .crypto import ENV, MESSAGE, KeyRing, Life
+from .errors import ConfigError, SerializationError, StaleStateError, ThreadOwnershipError
 from .serde import encode
 from .statements import Statements, load
 from .validate import IdType, message_id
@@ -34,9 +34,29 @@ from .validate import IdType, message_id
 #: row it found away before its lock was granted (each try waits out one delete).
 _CLAIMS = 10
 
-__all__ = ["Settings", "Store", "message_role"]
+__all__ = ["Settings", "Store", "keyless_refusal", "message_role"]
 
 MAX_ROLE = 255
+
+
+def keyless_refusal(where: str, sealed_since: datetime | None) -> ConfigError | None:
+    """The error of a write without a key ring to a store marked as holding sealed
+    values since ``sealed_since`` (None: not marked, no error)."""
+    if sealed_since is None:
+        return None
+    since = sealed_since.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return ConfigError(
+        f"{where} holds values sealed under a key ring (marked {since}), and this "
+        f"checkpointer has none: set {ENV} to the application's key ring (or pass "
+        "keys=). Nothing was written: without it, values would be stored in clear"
+    )
+
+
+def _utc(when: datetime | None) -> datetime | None:
+    """A stored time as an aware UTC datetime (SQLite returns it naive)."""
+    if when is None or when.tzinfo is not None:
+        return when
+    return when.replace(tzinfo=timezone.utc)
 
 
 def message_role(role: object) -> str | None:
@@ -70,6 +90,10 @@ class Store:
         self.backend = backend
         self.sql = sql
         self.tables = sql.tables
+        threads = sql.tables.threads
+        self.life_columns = (threads.c.incarnation, threads.c.user_id)
+        """The columns of a thread's life (:func:`tenxstore.crypto.life_of` reads them):
+        every read of a sealed value joins them in, to open it for its life."""
         backend.bind(sql)
         self.settings = settings
         self.schema = schema
@@ -78,6 +102,10 @@ class Store:
         self._migrated: str | None = None  # the id the migrations wrote, once they ran
         self.keys = settings.keys
         """The key ring payloads are sealed with, or None."""
+        self.sealed_since: datetime | None = None
+        """When the store was marked as holding sealed values, as read at first use
+        (:meth:`ensure_ready`) or marked by this process; None: not marked."""
+        self._writable = False  # ensure_writable passed: once per process, at first write
 
     # -- the schema ----------------------------------------------------------------
 
@@ -91,9 +119,11 @@ class Store:
         full id is completed at first use (:meth:`ensure_ready`)."""
         self._migrated = store_id
         self.store_id = None
+        self._writable = False
 
     async def ensure_ready(self) -> str:
-        """Check once, at first use, that the schema is at head; the store id.
+        """Check once, at first use, that the schema is at head, and read whether the
+        store holds sealed values (:attr:`sealed_since`); the store id.
 
         Raises:
             SchemaNotReady: Never set up, behind head, or set up by a newer release.
@@ -108,10 +138,67 @@ class Store:
                 revision, store_id = await migrate.read_schema(conn, self.schema, id_types)
                 found = migrate.check_schema(revision, store_id, self.where())
             identity = await self.backend.identity(conn, self.schema)
+            marked = await conn.execute(select(self.tables.store.c.sealed_since))
+            self.sealed_since = _utc(marked.scalar())
         if identity:  # a copy of the database is another store (see Backend.identity)
             found += "-" + hashlib.sha256(identity.encode()).hexdigest()[:12]
         self.store_id = found
         return found
+
+    # -- the sealed marker ---------------------------------------------------------
+
+    def refusal(self) -> ConfigError | None:
+        """Why this instance may not write to the store, as far as first use told:
+        it has no key ring, and the store holds sealed values (None: it may)."""
+        return keyless_refusal(self.where(), self.sealed_since) if self.keys is None else None
+
+    async def ensure_writable(self) -> None:
+        """Before the first write of this process that may store a payload: an
+        instance without a key ring on a store marked as holding sealed values is
+        refused, and an instance with one marks an unmarked store (one statement,
+        once). Later calls cost an attribute read.
+
+        Raises:
+            ConfigError: No key ring, and the store holds sealed values (nothing is
+                written; the error names ``TENXSTORE_KEYS``).
+        """
+        if self._writable:
+            return
+        if self.store_id is None:
+            await self.ensure_ready()
+        refused = self.refusal()
+        if refused is not None:
+            raise refused
+        if self.keys is not None and self.sealed_since is None:
+            self.sealed_since = await self.mark_sealed()
+        self._writable = True
+
+    async def mark_sealed(self) -> datetime:
+        """Record in the store's row that it holds sealed values (kept when it is
+        there already); when it was first marked."""
+        if self.store_id is None:
+            await self.ensure_ready()
+        row = self.tables.store
+        async with self.backend.write(select(row.c.sealed_since), {}) as (conn, found):
+            since = None if found is None else _utc(found.sealed_since)
+            if since is None:
+                marked = update(row).where(row.c.sealed_since.is_(None))
+                await conn.execute(marked.values(sealed_since=self.now()))
+                # read back: another process may have marked it first (then its time)
+                since = _utc((await conn.execute(select(row.c.sealed_since))).scalar())
+        assert since is not None  # the row exists from 0003 on, and was just set
+        self.sealed_since = since
+        return since
+
+    async def unmark_sealed(self) -> None:
+        """Clear the marker (the caller has checked that no value is sealed)."""
+        if self.store_id is None:
+            await self.ensure_ready()
+        row = self.tables.store
+        async with self.backend.write(select(row.c.sealed_since), {}) as (conn, _):
+            await conn.execute(update(row).values(sealed_since=None))
+        self.sealed_since = None
+        self._writable = False
 
     def ids(self, config: object, *, need_thread: bool = True) -> RunIds:
         """The validated ids of one call (``ConfigError`` before any I/O)."""
@@ -131,11 +218,35 @@ class Store:
     # -- transactions --------------------------------------------------------------
 
     @asynccontextmanager
-    async def write(self, thread_id: Any) -> AsyncIterator[tuple[AsyncConnection, Any]]:
-        """A write transaction holding the thread's row lock; yields (conn, row or None)."""
-        if self.store_id is None:
-            await self.ensure_ready()
+    async def write(
+        self, thread_id: Any, *, deletes_only: bool = False
+    ) -> AsyncIterator[tuple[AsyncConnection, Any]]:
+        """A write transaction holding the thread's row lock; yields (conn, row or None).
+
+        Refused (:meth:`ensure_writable`) without a key ring on a sealed store, unless
+        it ``deletes_only``: a delete stores nothing, and erasing a user needs no key.
+        """
+        if deletes_only:
+            if self.store_id is None:
+                await self.ensure_ready()
+        elif not self._writable:
+            await self.ensure_writable()
         async with self.backend.write(self.sql.lock, {"b_thread": thread_id}) as locked:
+            yield locked
+
+    @asynccontextmanager
+    async def write_rows(
+        self, lock: Executable, params: dict[str, Any], *, deletes_only: bool = False
+    ) -> AsyncIterator[tuple[AsyncConnection, Any]]:
+        """A write transaction that has run ``lock`` (a row lock of the caller's, such
+        as a memory's); yields (conn, its first row or None). Refused as :meth:`write`
+        is: without a key ring on a sealed store, unless it ``deletes_only``."""
+        if deletes_only:
+            if self.store_id is None:
+                await self.ensure_ready()
+        elif not self._writable:
+            await self.ensure_writable()
+        async with self.backend.write(lock, params) as locked:
             yield locked
 
     async def read_head(self, ids: RunIds) -> Head | None:
@@ -146,8 +257,8 @@ class Store:
 
     async def commit_head(self, write: HeadWrite) -> Head | None:
         """The common state write in one step, or None (then take the locked path)."""
-        if self.store_id is None:
-            await self.ensure_ready()
+        if not self._writable:
+            await self.ensure_writable()
         return await self.backend.commit_head(write)
 
     @asynccontextmanager
@@ -235,22 +346,29 @@ class Store:
 
     # -- payloads ------------------------------------------------------------------
 
-    def seal(self, text: str, thread_id: Any, column: str) -> str:
-        """A payload as it is stored: sealed for ``thread_id`` and ``column`` when a key
-        ring is configured, else as it is."""
+    def seal(self, text: str, thread_id: Any, column: str, life: Life) -> str:
+        """A payload as it is stored: sealed for ``thread_id``, ``column`` and the
+        thread's ``life`` (its locked row's, or the one a compare-and-swap checks) when
+        a key ring is configured, else as it is."""
         keys = self.keys
-        return text if keys is None else keys.seal(text, thread_id, column)
+        return text if keys is None else keys.seal(text, thread_id, column, life)
 
-    def load(self, text: str, thread_id: Any, column: str) -> Any:
-        """A stored JSON payload's value (see :func:`tenxstore.statements.load`)."""
-        return load(self.keys, text, thread_id, column)
+    def load(self, text: str, thread_id: Any, column: str, life: Life) -> Any:
+        """A stored JSON payload's value, for the thread's ``life`` as read with it (see
+        :func:`tenxstore.statements.load`)."""
+        return load(self.keys, text, thread_id, column, life)
 
-    def seal_messages(self, rows: list[dict[str, Any]], thread_id: Any) -> list[dict[str, Any]]:
-        """Rows of :meth:`encode_messages` with their payloads sealed for ``thread_id``."""
+    def seal_messages(
+        self, rows: list[dict[str, Any]], thread_id: Any, life: Life
+    ) -> list[dict[str, Any]]:
+        """Rows of :meth:`encode_messages` with their payloads sealed for ``thread_id``
+        and its ``life``."""
         keys = self.keys
         if keys is None:
             return rows
-        return [{**row, "payload": keys.seal(row["payload"], thread_id, MESSAGE)} for row in rows]
+        return [
+            {**row, "payload": keys.seal(row["payload"], thread_id, MESSAGE, life)} for row in rows
+        ]
 
     @staticmethod
     def encode_object(value: object, what: str) -> str:

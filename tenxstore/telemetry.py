@@ -7,7 +7,8 @@ for a lock, a cache hit or miss, a Redis call that failed open, a tool-ledger
 outcome — is counted by the small functions below, called where it happens.
 
 Without ``opentelemetry-api`` (``pip install "tenxstore[otel]"``) :func:`traced`
-returns the method itself and the counters only log: nothing is paid. With the API
+returns the method inside the error boundary only (:mod:`tenxstore.boundary`) and
+the counters only log: nothing else is paid. With the API
 but no SDK (no tracer or meter provider set), a call pays one check and runs as it
 would without it. Nested public calls (a cache decorator calling its repository, the
 LangGraph saver deleting a thread) are one span: the outermost.
@@ -29,6 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import Any, TypeVar, cast
 
+from .boundary import guard, translated
 from .errors import StaleStateError
 
 try:  # the optional extra: tenxstore[otel]
@@ -276,14 +278,20 @@ def traced(*, write: bool = False, prefix: str = "") -> Callable[[_F], _F]:
 
     def decorate(fn: _F) -> _F:
         if not _API:
-            return fn  # no OpenTelemetry: the method itself
+            return guard(fn)  # no OpenTelemetry: the method in the error boundary
         operation = prefix + fn.__name__
 
         @functools.wraps(fn)
         async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if _CALL.get() is not None or not (_on or enabled()):
-                return await fn(self, *args, **kwargs)
-            return await _run(operation, write, fn, self, args, kwargs)
+            try:
+                if _CALL.get() is not None or not (_on or enabled()):
+                    return await fn(self, *args, **kwargs)
+                return await _run(operation, write, fn, self, args, kwargs)
+            except Exception as exc:  # the error boundary (see tenxstore.boundary)
+                out = translated(exc)
+                if out is exc:
+                    raise
+                raise out from exc
 
         return cast(_F, call)
 

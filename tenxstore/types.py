@@ -15,6 +15,8 @@ __all__ = [
     "LangGraphBlob",
     "LangGraphCheckpoint",
     "LangGraphWrite",
+    "Memory",
+    "MemoryHit",
     "MessageRecord",
     "OnConflict",
     "StateSnapshot",
@@ -69,10 +71,14 @@ class Imported:
     Attributes:
         outcome: ``"created"``, ``"unchanged"``, ``"skipped"`` or ``"replaced"``.
         replaced: The life it replaced (its owner may differ from the import's).
+        thread_id: The imported thread.
+        user_id: Its owner, as imported.
     """
 
     outcome: ImportOutcome
     replaced: Commit | None = None
+    thread_id: Any = None
+    user_id: Any = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +201,10 @@ class Health:
         cache_error: Why Redis cannot be used (the cache then fails open), or None.
         cache_down_for: Seconds left in the window in which Redis is not tried.
         pending_invalidations: Cache entries to invalidate once Redis answers again.
+        sealed_since: When the store was marked as holding sealed values (None: not
+            marked, or not read: the schema is not at head).
+        encryption_error: Why this checkpointer may not write: it has no key ring and
+            the store holds sealed values (its writes raise ``ConfigError``), or None.
     """
 
     database: str
@@ -205,6 +215,8 @@ class Health:
     cache_error: str | None = None
     cache_down_for: float = 0.0
     pending_invalidations: int = 0
+    sealed_since: datetime | None = None
+    encryption_error: str | None = None
 
     @property
     def problems(self) -> list[str]:
@@ -217,6 +229,8 @@ class Health:
                 f"schema: at {self.revision or 'nothing'}, this release needs {self.head}: "
                 "run `tenxstore upgrade` (or `await checkpointer.asetup()`)"
             )
+        if self.encryption_error is not None:
+            found.append(f"encryption: {self.encryption_error}")
         if self.cache_error is not None:
             found.append(f"cache: {self.cache_error} (calls are served by the database)")
         return found
@@ -225,3 +239,44 @@ class Health:
     def ok(self) -> bool:
         """Whether nothing is wrong."""
         return not self.problems
+
+
+@dataclass(frozen=True)
+class Memory:
+    """One long-term memory of a user (:class:`tenxstore.MemoryStore`), at one version.
+
+    Attributes:
+        key: Its id within its namespace (1-255 characters).
+        namespace: Its labels, e.g. ``("memories",)`` or ``("memories", "work")``.
+        user_id: Its owner.
+        content: The text remembered.
+        metadata: A JSON object stored with it (what ``filter`` looks at).
+        version: 1 on creation, + 1 per write (``aupdate``, or ``astore`` of its key).
+        created_at: When it was first stored (kept by every later version).
+        updated_at: When this version was written.
+        expires_at: When it expires (None: never); an expired memory is never returned.
+    """
+
+    key: str
+    namespace: tuple[str, ...]
+    user_id: Any
+    content: str
+    metadata: dict[str, Any]
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class MemoryHit:
+    """A memory found by :meth:`tenxstore.MemoryStore.asearch`.
+
+    Attributes:
+        memory: The memory.
+        score: How close it is to the query, in [0, 1] (higher is closer): the
+            database's rank normalised within the query (the best match has 1).
+    """
+
+    memory: Memory
+    score: float

@@ -6,6 +6,7 @@ Every public call validates its input here first, so bad input raises a typed er
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any, Literal, TypeGuard, TypeVar
 
@@ -22,14 +23,17 @@ __all__ = [
     "check_id_type",
     "check_limit",
     "check_positive_number",
+    "check_schema_name",
     "check_text",
     "is_int",
+    "masked_url",
     "message_id",
 ]
 
 IdType = Literal["string", "int", "bigint"]
 ID_TYPES: tuple[IdType, ...] = ("string", "int", "bigint")
 MAX_ID_LENGTH = 255
+MAX_SCHEMA_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: a longer name is cut short, silently
 MAX_COUNT = 2**63 - 1  # the largest limit, offset or version a database column holds
 _INT_BOUNDS = {"int": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1)}
 C = TypeVar("C", bound=str)
@@ -73,6 +77,38 @@ def check_choice(name: str, value: object, choices: tuple[C, ...]) -> C:
     return value
 
 
+def check_schema_name(value: object) -> str | None:
+    """A PostgreSQL schema name (None: the default schema), taken exactly as written.
+
+    tenxstore quotes the name wherever it uses it, so any name PostgreSQL can hold
+    works: spaces, dots, quotes, capitals (``Acme`` and ``acme`` are two schemas),
+    any Unicode. Refused: an empty name, one over 63 bytes in UTF-8 (PostgreSQL would
+    cut it short: the schema made would not be the one asked for), one holding U+0000
+    or a lone surrogate (no database text holds them), and a ``pg_`` prefix
+    (PostgreSQL keeps those names for itself).
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"schema must be a str, not {type(value).__name__}")
+    if not value:
+        raise ConfigError("schema must not be empty (None is the default schema)")
+    if "\x00" in value:
+        raise ConfigError(f"schema must not contain U+0000: {value!r}")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ConfigError(f"schema must be valid Unicode (a lone surrogate?): {value!r}") from None
+    if size > MAX_SCHEMA_BYTES:
+        raise ConfigError(
+            f"schema must be at most {MAX_SCHEMA_BYTES} bytes in UTF-8 (PostgreSQL cuts "
+            f"longer names short), not {size}: {value!r}"
+        )
+    if value.startswith("pg_"):
+        raise ConfigError(f"schema names starting with 'pg_' are PostgreSQL's own: {value!r}")
+    return value
+
+
 def check_id_type(name: str, value: object) -> IdType:
     """Validate an ``id_type`` / ``user_id_type`` constructor argument."""
     return check_choice(name, value, ID_TYPES)
@@ -109,6 +145,11 @@ def check_id(what: str, value: object, id_type: IdType = "string") -> Any:
     if id_type == "string":
         if isinstance(value, uuid.UUID):
             return str(value)
+        if is_int(value):  # never turned into text: 7 and "7" would name one thread
+            raise ConfigError(
+                f"{what} must be a str or a uuid.UUID, not int ({value}): pass "
+                f"str({what}), or create the checkpointer with an int id type"
+            )
         return check_text(what, value)
     if not is_int(value):
         raise ConfigError(f"{what} must be an int ({id_type}), not {type(value).__name__}")
@@ -125,3 +166,26 @@ def message_id(value: object) -> str:
     except ConfigError as exc:
         raise SerializationError(str(exc)) from None
     return result
+
+
+# scheme://user:password@ — the password to the last "@" (an unescaped "@" in it would
+# otherwise leave its tail on show as the "host"); and password=... in a query.
+_CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*):.*@", re.DOTALL)
+_QUERY_SECRET = re.compile(r"(?P<head>[?&;](?:password|sslpassword)=)[^&#;]*", re.IGNORECASE)
+
+
+def masked_url(url: object) -> str:
+    """A URL as a message may show it: its password (and a ``password=`` query option)
+    replaced by ``***`` — also in a URL that does not parse, which is when one is shown
+    most (a typo in the port, an unclosed IPv6 bracket)."""
+    text = (
+        url.render_as_string(hide_password=True) if hasattr(url, "render_as_string") else str(url)
+    )
+    if "://" in text:
+        text = _CREDENTIALS.sub(r"\g<head>:***@", text, count=1)
+    elif "@" in text:  # no scheme to go by (a typo in it): the first ":" to the last "@"
+        slashes = text.find("//")
+        colon, at = text.find(":", 0 if slashes < 0 else slashes + 2), text.rfind("@")
+        if 0 <= colon < at:
+            text = f"{text[:colon]}:***{text[at:]}"
+    return _QUERY_SECRET.sub(r"\g<head>***", text)

@@ -337,16 +337,18 @@ def test_the_environment_opts_into_ids() -> None:
         assert out.stdout.strip() == expected
 
 
-def test_without_opentelemetry_the_methods_are_not_wrapped() -> None:
-    # A process where the API cannot be imported: @traced returns the method itself.
+def test_without_opentelemetry_the_methods_are_only_in_the_error_boundary() -> None:
+    # A process where the API cannot be imported: @traced returns the method in the
+    # error boundary (tenxstore.boundary.guard) and no span wrapper.
     code = (
         "import sys; sys.modules['opentelemetry'] = None\n"
         "import tenxstore\n"
         "from tenxstore.repository import CheckpointRepository as R\n"
-        "print(hasattr(R.aget_state, '__wrapped__'), tenxstore.telemetry.enabled())"
+        "print(R.aget_state.__code__ is tenxstore.boundary.guard(lambda: 0).__code__,"
+        " tenxstore.telemetry.enabled())"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "False"]
+    assert out.stdout.split() == ["True", "False"]
 
 
 # -- logging -------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..errors import ConfigError
+from ..validate import masked_url
 from .base import DEFAULT_LOCK_TIMEOUT_S, Backend, DialectName
 from .mysql import MysqlBackend
 from .postgres import PgBouncerBackend, PostgresBackend, transaction_pooling_args
@@ -48,7 +49,7 @@ def async_url(url: str | URL) -> URL:
     try:
         parsed = make_url(url)
     except Exception as exc:  # sqlalchemy raises ArgumentError; any parse failure is bad input
-        raise ConfigError(f"not a database URL: {url!r}") from exc
+        raise ConfigError(f"not a database URL: {masked_url(url)!r}") from exc
     backend = parsed.get_backend_name()
     if backend in ("postgresql", "postgres"):
         return parsed.set(drivername="postgresql+asyncpg")

@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import socket
 import sqlite3
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, Protocol
 
 import asyncpg
-from sqlalchemy import Table, event, func, select
+from sqlalchemy import String, Table, event, func, select
 from sqlalchemy.engine import URL, Row
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -45,10 +46,17 @@ from ..errors import (
 )
 from ..loops import PerLoop, shut_down
 from ..models import Tables
-from .driver import DriverStatement
+from ..validate import masked_url
+from .driver import DriverStatement, causes
+from .memory_sql import KeywordSearch
+from .retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT_S",
+    "OPENING_ERRORS",
     "Backend",
     "Borrowed",
     "DialectName",
@@ -58,6 +66,7 @@ __all__ = [
     "HeadWrite",
     "StateWrite",
     "TableSizes",
+    "give_back",
     "on_every_connection",
     "sqlite_code",
     "timeout_ms",
@@ -78,7 +87,7 @@ _SQLITE_MESSAGES = (
 DEFAULT_LOCK_TIMEOUT_S = 30.0
 # What opening a connection may raise. SQLAlchemy 2.1 wraps the driver's refusal in
 # DBAPIError; 2.0 (the line Python 3.10 gets) lets asyncpg's own error through.
-_OPENING_ERRORS: tuple[type[BaseException], ...] = (
+OPENING_ERRORS: tuple[type[BaseException], ...] = (
     DBAPIError,
     OSError,
     asyncio.TimeoutError,
@@ -113,14 +122,10 @@ def timeout_ms(lock_timeout: float | None) -> int:
 
 def _sqlstate(exc: BaseException) -> str | None:
     """The SQLSTATE of a driver error, wherever SQLAlchemy's wrapping put it."""
-    seen: BaseException | None = exc
-    for _ in range(5):
-        if seen is None:
-            return None
+    for seen in causes(exc):
         code = getattr(seen, "sqlstate", None) or getattr(seen, "pgcode", None)
         if isinstance(code, str):
             return code
-        seen = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
     return None
 
 
@@ -156,14 +161,18 @@ def _refusal(exc: BaseException) -> str | None:
 class HeadWrite:
     """A state write that a backend's hot path may commit in one step.
 
-    It commits only the common case — the thread exists, ``user_id`` (when given)
-    owns it, its version is ``expected`` and its incarnation ``incarnation`` (when
-    given) — and otherwise writes nothing: the repository then takes the locked path,
-    which creates threads and raises the precise error.
+    It commits only the common case — the thread exists, ``user_id`` owns it exactly
+    (when ``owned``: None is a thread of no user), its version is ``expected`` and its
+    incarnation ``incarnation`` (when given) — and otherwise writes nothing: the
+    repository then takes the locked path, which creates threads and raises the precise
+    error. A sealed write is ``owned`` whether isolation applies or not: its payloads
+    were sealed for that owner and that incarnation before the write began, so they
+    may be stored only in the thread's life that has both.
     """
 
     thread_id: Any
     user_id: Any
+    owned: bool
     expected: int | None
     incarnation: int | None
     state: str
@@ -174,8 +183,8 @@ class HeadWrite:
 
 
 class Head(NamedTuple):
-    """A thread's head: version, incarnation, owner, and the state's text (None when
-    it has no state, or when not read)."""
+    """A thread's head: version, incarnation, owner (the row's ``user_id``), and the
+    state's text (None when it has no state, or when not read)."""
 
     version: int
     incarnation: int
@@ -357,13 +366,20 @@ class Borrowed:
         fairy.invalidate()
         fairy.close()
 
-    async def after_disconnect(self) -> None:
+    def after_disconnect(self) -> None:
         """A connection was found dead: the idle ones (borrowed and pooled) likely died
-        with it (a restarted server), so none is reused; the next checkout opens anew."""
+        with it (a restarted server), so none is reused. The borrowed ones are
+        discarded; the pool recycles every connection it opened until now at its next
+        checkout (closed, and opened anew), as SQLAlchemy does after a disconnect of
+        its own (``Pool._invalidate``, here for all of them, whatever their age).
+
+        The pool is not replaced (``engine.dispose()``): a connection in use meanwhile
+        (another call's) would go back to the old pool, which nothing closes, and be
+        left unclosed to the garbage collector, still open on the server until then."""
         idle, self._idle = self._idle, []
         for fairy, _ in idle:
             self.discard(fairy)
-        await self.engine.dispose()
+        self.engine.sync_engine.pool._invalidate_time = time.time()
 
     async def release_all(self) -> None:
         """Give every idle connection back to the pool."""
@@ -409,7 +425,15 @@ def on_every_connection(engine: Any, setup: Callable[[Any, Any], None]) -> None:
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, record: Any) -> None:
-        setup(dbapi_connection, record)
+        try:
+            setup(dbapi_connection, record)
+        except BaseException:
+            # SQLAlchemy's pool lets go of a connection whose connect event failed
+            # without closing it (the driver then warns of it, unclosed, when it is
+            # collected: a backend ended while its session was set up, say).
+            with contextlib.suppress(Exception):
+                dbapi_connection.close()
+            raise
         record.info[_SESSION_READY] = True
 
     @event.listens_for(engine, "checkout")
@@ -417,6 +441,90 @@ def on_every_connection(engine: Any, setup: Callable[[Any, Any], None]) -> None:
         if not record.info.get(_SESSION_READY):
             setup(dbapi_connection, record)
             record.info[_SESSION_READY] = True
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error in one line: its class and its first line (for a WARNING)."""
+    first = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {first[0]}" if first else type(exc).__name__
+
+
+def _reset_or_discard(engine: Any, name: str) -> None:
+    """Reset each connection as it goes back to the pool (SQLAlchemy's rollback, which
+    ``pool_reset_on_return=None`` turns off), and discard one that cannot be reset.
+
+    A connection the server ended while it was checked out (a ``KILL``, a restart, an
+    idle timeout) fails its rollback; SQLAlchemy's own reset logs that at ERROR with a
+    traceback, for what is neither an error of the caller (its work was done, or
+    failed, before) nor of tenxstore. It is one WARNING line here; the connection is
+    discarded as SQLAlchemy would, and the pool opens a new one when it needs one."""
+
+    @event.listens_for(engine, "reset")
+    def _reset(dbapi_connection: Any, record: Any, state: Any) -> None:
+        if state.transaction_was_reset or not state.asyncio_safe:
+            return  # rolled back already / a garbage-collected connection: no I/O allowed
+        try:
+            dbapi_connection.rollback()
+        except Exception as exc:
+            log.warning(
+                "%s: a connection could not be reset on its way back to the pool (%s); "
+                "it is discarded",
+                name,
+                _one_line(exc),
+            )
+            if record is not None:
+                record.invalidate(exc)
+
+
+async def give_back(conn: AsyncConnection, name: str) -> None:
+    """Close a connection (back to the pool), to the end even when the caller is
+    cancelled meanwhile, then re-raise the cancellation.
+
+    A close cancelled halfway leaves its reset (a rollback) undone: SQLAlchemy logs
+    that at ERROR and discards the connection. A close that fails (the server ended
+    the connection: its rollback cannot be sent) is not the caller's error: the work
+    on it was done, or had failed, before; the connection is discarded (one WARNING).
+    """
+    closing = asyncio.ensure_future(conn.close())
+    cancelled: asyncio.CancelledError | None = None
+    while not closing.done():
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    try:
+        closing.result()
+    except DBAPIError as exc:
+        log.warning(
+            "%s: a connection could not be closed cleanly (%s); it is discarded",
+            name,
+            _one_line(exc.orig or exc),
+        )
+    if cancelled is not None:
+        raise cancelled
+
+
+class LangGraphFastPath(Protocol):
+    """A backend's one-round-trip LangGraph paths (see :meth:`Backend.langgraph_fast_path`):
+    each commits only the common case, or writes nothing and says so, and the portable
+    locked path of :mod:`tenxstore.langgraph_tables` then does the work."""
+
+    @property
+    def available(self) -> bool:
+        """Whether the paths may be taken now."""
+
+    async def put(self, scoped: bool, values: dict[str, Any]) -> tuple[int, Any] | None:
+        """A checkpoint put: ``(incarnation, the checkpoint probed or None)``, or None
+        when it wrote nothing."""
+
+    async def put_writes(self, scoped: bool, values: dict[str, Any]) -> bool:
+        """A task's writes: whether they were stored."""
+
+    async def read(self, scoped: bool, values: dict[str, Any]) -> Mapping[str, Any] | None:
+        """One checkpoint with its writes and value chains, or None."""
+
+    async def fetch(self, stmt: DriverStatement, values: Mapping[str, Any]) -> Sequence[Any]:
+        """The rows of one read-only statement, in one round trip."""
 
 
 class Backend(ABC):
@@ -432,13 +540,19 @@ class Backend(ABC):
     name: ClassVar[str]
     dialect: ClassVar[DialectName]
     supports_schema: ClassVar[bool] = False
-    key_length: ClassVar[int] = 255
-    """The most characters a LangGraph key string holds here — a ``checkpoint_ns``, a
-    channel name, a task id (the ``lg_*`` key columns): 255, 191 on MySQL (InnoDB's
-    3072-byte index keys in utf8mb4). A longer one must be refused before any I/O."""
+    dml_in_ctes: ClassVar[bool] = False
+    """Whether a statement may carry an INSERT/UPDATE/DELETE in a ``WITH`` clause
+    (PostgreSQL): a write folded into a statement the call sends anyway costs no round
+    trip of its own."""
     pool_per_loop: ClassVar[bool] = True
     """Whether connections belong to an event loop (not so: one in-memory SQLite
     connection that every loop shares, and that only aclose() closes)."""
+    keywords: ClassVar[KeywordSearch]
+    """This database's full-text engine over the memories' keyword index
+    (:mod:`tenxstore.backends.memory_sql`)."""
+    vector_extension: ClassVar[bool] = False
+    """Whether the database may hold pgvector's index of the memories' vectors
+    (:mod:`tenxstore.backends.pgvector`); elsewhere search by meaning is exact."""
 
     def __init__(
         self,
@@ -450,6 +564,9 @@ class Backend(ABC):
     ):
         self.owns_engine = owns_engine
         self.lock_timeout = lock_timeout
+        self.retry = RetryPolicy()
+        """What this backend tries again, how often and with what wait (set by the
+        repository's ``retry=``)."""
         # asyncpg and aiosqlite connections belong to one event loop: an engine this
         # backend created gets a twin for a loop that runs beside the first one, and
         # each is disposed of when its loop shuts down (tenxstore.loops).
@@ -515,7 +632,12 @@ class Backend(ABC):
         options = dict(options)
         connect_args = {**cls.connect_args(lock_timeout), **options.pop("connect_args", {})}
         kwargs = {**cls.pool_args(), **options}
+        quiet_reset = "pool_reset_on_return" not in kwargs  # a caller's own choice stands
+        if quiet_reset:
+            kwargs["pool_reset_on_return"] = None  # reset by _reset_or_discard instead
         engine = create_async_engine(url, connect_args=connect_args, **kwargs)
+        if quiet_reset:
+            _reset_or_discard(engine.sync_engine, cls.name)
         cls.prepare(engine, lock_timeout)
         return engine
 
@@ -673,11 +795,30 @@ class Backend(ABC):
         if not rows:
             return None
         row = rows[0]
-        return Head(row.version, row.incarnation, user_id, row.state_data)
+        return Head(row.version, row.incarnation, row.user_id, row.state_data)
 
     one_statement_writes: bool = False
     """Whether :meth:`run_statement` runs a compiled statement at driver level (one
     round trip, autocommit): collaborators then build their own one-statement paths."""
+
+    lateral_lookups: ClassVar[bool] = False
+    """Whether a lookup of one row per outer row is best written as a LATERAL subquery
+    with LIMIT 1 (the planner then runs it by the whole key), not a plain join."""
+
+    strict_union_types: ClassVar[bool] = False
+    """Whether the columns of a UNION must be of one type (an integer user id is then
+    cast to text where it meets text)."""
+
+    def json_text(self, document: Any, key: Any, path: Any) -> ColumnElement[Any]:
+        """The text of ``document``'s (a JSON object, as text) member ``key`` — bound as
+        the key itself, and as ``path``, its JSON path (``$."key"``) — or NULL. SQLite's
+        ``json_extract`` (this default) gives a text member as text."""
+        return func.json_extract(document, path, type_=String())
+
+    def langgraph_fast_path(self, store: Store) -> LangGraphFastPath | None:
+        """This database's one-round-trip paths for LangGraph's put, writes and read of
+        ``store``'s tables, or None (this default): the portable paths then run."""
+        return None
 
     async def run_statement(
         self, stmt: DriverStatement, values: Mapping[str, Any], *, write: bool, many: bool = False
@@ -708,28 +849,29 @@ class Backend(ABC):
                 (nothing of the caller's work was sent).
         """
         engines = await self._engines.get()
-        for attempt in (1, 2):
+        for attempt in self.retry.tries():
             conn = (engines.read if read else engines.engine).connect()
             try:
                 async with engines.borrowed.checkout():
                     await conn.start()
                 break
-            except _OPENING_ERRORS as exc:
+            except OPENING_ERRORS as exc:
                 failure = self.opening_failed(exc)
                 # Nothing of the caller's work was sent: a connection that broke while it
-                # was being set up is opened once more; a refusal is final.
-                if attempt == 2 or not isinstance(failure, ConnectionLost):
+                # was being set up is opened again; a refusal is final.
+                if not isinstance(failure, ConnectionLost) or not await self.retry.again(
+                    attempt, log, self.name, "a connection broke while it was opened"
+                ):
                     raise failure from exc
-                telemetry.retried(log, self.name, "a connection broke while it was opened")
         try:
             yield conn
         finally:
-            await conn.close()
+            await give_back(conn, self.name)
 
     def describe(self) -> str:
         """The database's URL without its password or driver, for messages."""
         url = self.engine.url
-        return url.set(drivername=url.get_backend_name()).render_as_string(hide_password=True)
+        return masked_url(url.set(drivername=url.get_backend_name()))
 
     def opening_failed(self, exc: BaseException) -> TenxStoreError:
         """A failure to open a connection as tenxstore's error, by class and SQLSTATE."""
@@ -752,14 +894,15 @@ class Backend(ABC):
         server, a killed backend) costs one retry; the driver's disconnect marks the
         pool's older connections invalid, so the retry gets a fresh one.
         """
-        for attempt in (1, 2):
+        for attempt in self.retry.tries():
             try:
                 async with self.connect(read=True) as conn:
                     return (await conn.execute(stmt, params)).all()
             except DBAPIError as exc:
-                if attempt == 2 or not exc.connection_invalidated:
+                if not exc.connection_invalidated or not await self.retry.again(
+                    attempt, log, self.name, "a read found its pooled connection dead"
+                ):
                     raise self.translate(exc, committing=False) from exc
-                telemetry.retried(log, self.name, "a read found its pooled connection dead")
         raise AssertionError("unreachable")
 
     @asynccontextmanager
@@ -786,7 +929,7 @@ class Backend(ABC):
         refused to send (its connection was already closed) is tried again."""
         committing = False
         try:
-            for attempt in (1, 2):
+            for attempt in self.retry.tries():
                 yielded = False
                 try:
                     async with self.connect() as conn:
@@ -799,9 +942,14 @@ class Backend(ABC):
                             committing = True  # the block's exit commits
                     return
                 except DBAPIError as exc:
-                    if yielded or attempt == 2 or not self.died_before_sending(exc):
+                    if (
+                        yielded
+                        or not self.died_before_sending(exc)
+                        or not await self.retry.again(
+                            attempt, log, self.name, "a write found its connection dead"
+                        )
+                    ):
                         raise
-                    telemetry.retried(log, self.name, "a write found its connection dead")
         except DBAPIError as exc:
             raise self.translate(exc, committing) from exc
 
@@ -819,11 +967,25 @@ class Backend(ABC):
             return self.lost(
                 ConnectionLost("the connection was lost before COMMIT; nothing was written")
             )
+        if self.is_deadlock(exc) and not committing:
+            return self.deadlocked()
         if self.is_lock_timeout(exc):
             return self.lock_timed_out()
         if self.is_cancelled(exc):
             return self.cancelled(committing)
         return exc
+
+    def is_deadlock(self, exc: DBAPIError) -> bool:
+        """Whether the server broke a deadlock by rolling this transaction back."""
+        return False
+
+    def deadlocked(self) -> LockTimeout:
+        """A deadlock: the server rolled the transaction back (nothing was written)."""
+        log.warning("a write on %s was chosen as a deadlock victim", self.describe())
+        return LockTimeout(
+            "the write deadlocked with another one and was rolled back; nothing was "
+            "written: retrying is safe"
+        )
 
     def is_cancelled(self, exc: DBAPIError) -> bool:
         """Whether the server cancelled the statement (an operator's cancel or kill of
@@ -867,10 +1029,12 @@ class Backend(ABC):
                 yield conn
 
     def create_schema_on_first_use(  # noqa: B027  # a hook most modes leave empty
-        self, hook: Callable[[AsyncConnection], Awaitable[None]]
+        self, hook: Callable[[AsyncConnection], Awaitable[None]], template: Hashable = None
     ) -> None:
         """Given how to create the schema on a connection: a database that is new with
-        every checkpointer (in memory) runs it before its first use; others ignore it."""
+        every checkpointer (in memory) runs it before its first use; others ignore it.
+        ``template`` names what the schema depends on (the id types): databases of one
+        template may be made as copies of the first one the hook set up."""
 
     def setup_engine(self) -> AsyncEngine | None:
         """A private engine for :meth:`CheckpointRepository.setup` on its own loop, or

@@ -9,14 +9,30 @@ per-statement work (the profile put ~0.1 ms per statement and per checkout there
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
-__all__ = ["DriverStatement"]
+__all__ = ["DRIVER_PACKAGES", "DriverStatement", "causes"]
+
+DRIVER_PACKAGES = ("sqlalchemy", "asyncpg", "aiosqlite", "sqlite3", "asyncmy", "pymysql")
+"""Packages whose exceptions are the database layer's (a class from one of them, or from
+a module under it): what :mod:`tenxstore.boundary` turns into ``DatabaseError``."""
+
+
+def causes(exc: BaseException | None, limit: int = 5) -> Iterator[BaseException]:
+    """``exc`` and what it wraps, outermost first, at most ``limit`` of them: each one's
+    SQLAlchemy ``orig`` (the driver's error), else its ``__cause__``, else its
+    ``__context__``."""
+    seen = exc
+    for _ in range(limit):
+        if seen is None:
+            return
+        yield seen
+        seen = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
 
 
 class DriverStatement:

@@ -38,7 +38,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Table, event, func, select, text
+from sqlalchemy import String, Table, event, func, select, text
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import DBAPIError
@@ -46,8 +46,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.dml import Insert, Update
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..errors import ConfigError, LockTimeout, SerializationError, TenxStoreError
+from ..errors import ConfigError, SerializationError, TenxStoreError
 from .base import Backend, Footprint, TableSizes, on_every_connection
+from .driver import causes
+from .memory_sql import MysqlKeywords
 
 log = logging.getLogger(__name__)
 
@@ -81,14 +83,10 @@ _REFUSALS = {
 
 def mysql_code(exc: BaseException | None) -> int | None:
     """The server's (or client library's) error number behind a driver error."""
-    seen = exc
-    for _ in range(5):
-        if seen is None:
-            return None
+    for seen in causes(exc):
         args = getattr(seen, "args", ())
         if args and isinstance(args[0], int):
             return args[0]
-        seen = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
     return None
 
 
@@ -104,7 +102,13 @@ class MysqlBackend(Backend):
 
     name = "mysql"
     dialect = "mysql"
-    key_length = 191  # the lg_* key columns (key_string(255, 191) in the migrations)
+
+    def json_text(self, document: Any, key: Any, path: Any) -> ColumnElement[Any]:
+        """``JSON_UNQUOTE(JSON_EXTRACT(document, path))``: MySQL's JSON_EXTRACT gives
+        JSON (a text member ``"quoted"``)."""
+        return func.json_unquote(func.json_extract(document, path), type_=String())
+
+    keywords = MysqlKeywords()
 
     @classmethod
     def connect_args(cls, lock_timeout: float | None) -> dict[str, Any]:
@@ -209,17 +213,10 @@ class MysqlBackend(Backend):
                 "a value is too large for the server: over max_allowed_packet (a sealed "
                 "value is ~4/3 its size); nothing was written"
             )
-        if not exc.connection_invalidated and mysql_code(exc.orig) == ER_LOCK_DEADLOCK:
-            return self.deadlocked()
         return super().translate(exc, committing)
 
-    def deadlocked(self) -> LockTimeout:
-        """A deadlock: the server rolled the transaction back (nothing was written)."""
-        log.warning("a write on %s was chosen as a deadlock victim", self.describe())
-        return LockTimeout(
-            "the write deadlocked with another one and was rolled back; nothing was "
-            "written: retrying is safe"
-        )
+    def is_deadlock(self, exc: DBAPIError) -> bool:
+        return mysql_code(exc.orig) == ER_LOCK_DEADLOCK
 
     def opening_failed(self, exc: BaseException) -> TenxStoreError:
         from ..errors import DatabaseUnavailable

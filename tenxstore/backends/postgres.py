@@ -20,22 +20,27 @@ caches, unique prepared-statement names, every statement inside a transaction, a
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
+import threading
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     Integer,
+    String,
     Table,
     Text,
     and_,
     bindparam,
+    cast,
     delete,
+    event,
     func,
     insert,
     select,
@@ -43,40 +48,52 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import Executable, Select
-from sqlalchemy.sql.elements import BindParameter
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from .. import telemetry
 from ..errors import ConfigError, ConnectionLost
+from ..langgraph_columns import CodePointOrder
 from ..models import Tables
 from .base import (
+    OPENING_ERRORS,
     Backend,
     Footprint,
     Head,
     HeadWrite,
+    LangGraphFastPath,
     StateWrite,
     TableSizes,
     on_every_connection,
     timeout_ms,
 )
-from .driver import DriverStatement
+from .driver import DriverStatement, causes
+from .memory_sql import PostgresKeywords
+from .pgoptions import asyncpg_options
 
 log = logging.getLogger(__name__)
 
 __all__ = ["PgBouncerBackend", "PostgresBackend", "transaction_pooling_args"]
 
 _LOCK_NOT_AVAILABLE = "55P03"
+#: The server broke a deadlock by rolling this transaction back.
+_DEADLOCK_DETECTED = "40P01"
 #: A statement cancelled (``pg_cancel_backend``, ``statement_timeout``).
 _QUERY_CANCELED = "57014"
 #: How often (ms) the server looks whether the client of a running statement is
 #: still there (``client_connection_check_interval``, PostgreSQL 14+).
 CLIENT_CHECK_MS = 1000
 _BORROWED = "_tenxstore_borrowed"
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 
 def _statement_name() -> str:
@@ -99,14 +116,44 @@ def transaction_pooling_args() -> dict[str, Any]:
     }
 
 
+async def _open_asyncpg(*args: Any, **kwargs: Any) -> Any:
+    """An asyncpg connection whose opening a cancelled caller never interrupts.
+
+    asyncpg first asks the server for TLS (``sslmode=prefer``, its default); an
+    opening cancelled once the TCP connection is made leaves asyncpg's future of that
+    answer with an error nobody retrieves: asyncio logs "Future exception was never
+    retrieved ... unexpected connection_lost() call" for each (hundreds under calls
+    cancelled by ``wait_for``). So the opening runs to its end in a task of its own:
+    the cancelled caller leaves at once, and the connection it no longer wants is
+    closed as soon as it is open.
+    """
+    import asyncpg
+
+    opening = asyncio.ensure_future(asyncpg.connect(*args, **kwargs))
+    try:
+        return await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        opening.add_done_callback(_drop_opened)
+        raise
+
+
+def _drop_opened(opening: asyncio.Future[Any]) -> None:
+    """Close a connection opened for a caller that was cancelled meanwhile."""
+    if not opening.cancelled() and opening.exception() is None:  # failed: nothing to close
+        opening.result().terminate()  # never used: nothing to end on the server first
+
+
+def _open_uninterrupted(engine: Engine) -> None:
+    """Every asyncpg connection the engine opens goes through :func:`_open_asyncpg`."""
+
+    @event.listens_for(engine, "do_connect")
+    def _do_connect(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+        return dialect.dbapi.connect(*cargs, async_creator_fn=_open_asyncpg, **cparams)
+
+
 def _driver_error(exc: DBAPIError) -> BaseException | None:
     """asyncpg's own exception behind SQLAlchemy's (it sits under the adapter's)."""
-    seen: BaseException | None = exc.orig
-    for _ in range(4):
-        if seen is None or type(seen).__module__.startswith("asyncpg"):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
+    return next((e for e in causes(exc.orig, 4) if type(e).__module__.startswith("asyncpg")), None)
 
 
 def _unsent(exc: BaseException) -> bool:
@@ -130,7 +177,9 @@ def _lost(exc: BaseException) -> bool:
 def _one_step_write(tables: Tables, scoped: bool, expected: bool, incarnation: bool) -> Select[Any]:
     """The common state write as ONE statement (see :meth:`PostgresBackend.commit_head`).
 
-    ``cas`` updates the thread row only when it matches (owner, version, incarnation):
+    ``cas`` updates the thread row only when it matches (owner, version, incarnation;
+    the owner compared null-safe, as a sealed write under isolation off names a thread
+    of no user as None):
     the UPDATE takes the row lock (a concurrent writer waits, then sees the new
     version and matches nothing) and returns the new version, which every other CTE
     reads; when it matched nothing, they insert and delete nothing.
@@ -140,7 +189,8 @@ def _one_step_write(tables: Tables, scoped: bool, expected: bool, incarnation: b
     now: BindParameter[Any] = bindparam("b_now", type_=t.c.updated_at.type)
     match = [t.c.thread_id == thread]
     if scoped:
-        match.append(t.c.user_id == bindparam("b_user", type_=t.c.user_id.type))
+        owner = bindparam("b_user", type_=t.c.user_id.type)
+        match.append(t.c.user_id.is_not_distinct_from(owner))
     if expected:
         match.append(t.c.version == bindparam("b_expected", type_=t.c.version.type))
     if incarnation:
@@ -215,14 +265,65 @@ def _did_it_apply(tables: Tables) -> Select[Any]:
     ).where(t.c.thread_id == thread)
 
 
+_HotWrites = tuple[dict[tuple[bool, ...], DriverStatement], DriverStatement]
+_HOT_WRITES: collections.OrderedDict[tuple[Tables, str], _HotWrites] = collections.OrderedDict()
+_REMEMBERED = 256  # sets of tables: id types and schemas, as models.tables_for keeps
+_HOT_WRITES_LOCK = threading.Lock()
+
+
+def _hot_writes(tables: Tables, dialect: Any) -> _HotWrites:
+    """The one-step writes and their check, compiled once per process and set of
+    tables (``models.tables_for`` gives one set per id types and schema): compiling
+    them was half the cost of making a repository. Keyed by the tables themselves
+    (never by an id a collected object could hand on), the least recent forgotten."""
+    key = (tables, dialect.name)
+    with _HOT_WRITES_LOCK:  # repositories may be made in several threads at once
+        found = _HOT_WRITES.get(key)
+        if found is None:
+            writes = {
+                flags: DriverStatement(_one_step_write(tables, *flags), dialect)
+                for flags in itertools.product((False, True), repeat=3)
+            }
+            found = (writes, DriverStatement(_did_it_apply(tables), dialect))
+            _HOT_WRITES[key] = found
+            if len(_HOT_WRITES) > _REMEMBERED:
+                _HOT_WRITES.popitem(last=False)
+        else:
+            _HOT_WRITES.move_to_end(key)
+    return found
+
+
+@compiles(CodePointOrder, "postgresql")
+def _code_point_order(element: CodePointOrder, compiler: SQLCompiler, **kw: Any) -> str:
+    """Text in code-point order: PostgreSQL's ``COLLATE "C"`` (its default collation is
+    the database's locale, which orders ``"b"`` before ``"C"``)."""
+    return f'{compiler.process(element.column, **kw)} COLLATE "C"'
+
+
 class PostgresBackend(Backend):
     """PostgreSQL in session mode (a direct connection, or a session-pooling proxy)."""
 
     name = "postgresql"
     dialect = "postgresql"
+    dml_in_ctes = True
     supports_schema = True
+    keywords = PostgresKeywords()
+    vector_extension = True
     driver_hot_path: bool = True
     """Whether the head read and the common state write go straight to asyncpg."""
+
+    @classmethod
+    def create_engine(
+        cls, url: URL, options: dict[str, Any], lock_timeout: float | None
+    ) -> AsyncEngine:
+        """The engine, with the URL's libpq options (``sslmode``, ``application_name``...)
+        said to asyncpg as it takes them (see :mod:`.pgoptions`; the caller's own
+        ``connect_args`` win), whose connections open uninterrupted by a cancel."""
+        url, libpq = asyncpg_options(url)
+        options = {**options, "connect_args": {**libpq, **options.get("connect_args", {})}}
+        engine = super().create_engine(url, options, lock_timeout)
+        _open_uninterrupted(engine.sync_engine)
+        return engine
 
     # -- the hot path, at driver level -------------------------------------------------
 
@@ -231,16 +332,9 @@ class PostgresBackend(Backend):
         dialect = self.engine.dialect
         self._read_any = DriverStatement(sql.head_state, dialect)
         self._read_own = DriverStatement(sql.head_state_of_user, dialect)
-        tables = sql.tables
-        self._writes = {
-            key: DriverStatement(_one_step_write(tables, *key), dialect)
-            for key in itertools.product((False, True), repeat=3)
-        }
-        self._verify = DriverStatement(_did_it_apply(tables), dialect)
-        self._opening_errors = (
-            DBAPIError,
-            OSError,
-            asyncio.TimeoutError,
+        self._writes, self._verify = _hot_writes(sql.tables, dialect)
+        self._opening_errors: tuple[type[BaseException], ...] = (
+            *OPENING_ERRORS,  # asyncpg's own among them: a connection ended as it opened
             dialect.loaded_dbapi.Error,  # raised as is from the pool's connect event
         )
 
@@ -255,7 +349,7 @@ class PostgresBackend(Backend):
         else:
             stmt, args = self._read_own, (thread_id, user_id)
         row = await self._hot(stmt.sql, args, idempotent=True)
-        return None if row is None else Head(row[0], row[1], user_id, row[2])
+        return None if row is None else Head(row[0], row[1], row[3], row[2])
 
     async def commit_head(self, write: HeadWrite) -> Head | None:
         """ONE statement in autocommit: an ``UPDATE ... RETURNING`` that takes the
@@ -270,7 +364,7 @@ class PostgresBackend(Backend):
             # predates the lock wait; a compare-and-swap write never waits on a commit
             # it would not fail on).
             return None
-        key = (write.user_id is not None, write.expected is not None, write.incarnation is not None)
+        key = (write.owned, write.expected is not None, write.incarnation is not None)
         stmt = self._writes[key]
         messages = write.messages
         args = stmt.args(
@@ -298,6 +392,21 @@ class PostgresBackend(Backend):
     @property
     def one_statement_writes(self) -> bool:  # type: ignore[override]
         return self.driver_hot_path
+
+    lateral_lookups = True
+    strict_union_types = True
+
+    def json_text(self, document: Any, key: Any, path: Any) -> ColumnElement[Any]:
+        """``document::jsonb ->> key``."""
+        return cast(document, JSONB).op("->>", return_type=String())(key)
+
+    def langgraph_fast_path(self, store: Store) -> LangGraphFastPath | None:
+        """One statement each, at driver level (:mod:`.postgres_langgraph`)."""
+        if not self.one_statement_writes:
+            return None
+        from .postgres_langgraph import OneStatement
+
+        return OneStatement(store)
 
     async def run_statement(
         self, stmt: DriverStatement, values: Mapping[str, Any], *, write: bool, many: bool = False
@@ -395,13 +504,15 @@ class PostgresBackend(Backend):
         """
         engines = await self._engines.get()
         borrowed = engines.borrowed
-        for attempt in (1, 2):
+        retry = self.retry
+        for attempt in retry.tries():
             try:
                 fairy, since = await borrowed.take()
             except self._opening_errors as exc:
                 failure = self.opening_failed(exc)
-                if attempt == 1 and isinstance(failure, ConnectionLost):
-                    telemetry.retried(log, self.name, "a connection broke while it was opened")
+                if isinstance(failure, ConnectionLost) and await retry.again(
+                    attempt, log, self.name, "a connection broke while it was opened"
+                ):
                     continue  # it broke while being set up: nothing was sent
                 raise failure from exc
             driver = fairy.driver_connection
@@ -415,13 +526,18 @@ class PostgresBackend(Backend):
                     raise
                 if driver.is_closed():
                     borrowed.discard(fairy)
-                    await borrowed.after_disconnect()
-                    telemetry.retried(log, self.name, "a pooled connection was found closed")
-                    continue
+                    borrowed.after_disconnect()
+                    if await retry.again(
+                        attempt, log, self.name, "a pooled connection was found closed"
+                    ):
+                        continue
+                    raise self.lost(
+                        ConnectionLost("every connection tried was closed; nothing was written")
+                    )
             if server is not None:
                 server[:] = [driver.get_server_pid()]
-            self._sent(sql)
             try:
+                self._sent(sql)  # inside: whatever a listener raises, the connection goes back
                 row = await (driver.fetch if many else driver.fetchrow)(sql, *args)
             except asyncio.CancelledError:
                 settled = asyncio.ensure_future(borrowed.settle(fairy, since))
@@ -433,11 +549,12 @@ class PostgresBackend(Backend):
                 unsent, lost = _unsent(exc), _lost(exc)
                 if unsent or lost:
                     borrowed.discard(fairy)
-                    await borrowed.after_disconnect()
+                    borrowed.after_disconnect()
                 else:
                     await borrowed.give(fairy, since)
-                if attempt == 1 and (unsent or (lost and idempotent)):
-                    telemetry.retried(log, self.name, "a connection broke; nothing was written")
+                if (unsent or (lost and idempotent)) and await retry.again(
+                    attempt, log, self.name, "a connection broke; nothing was written"
+                ):
                     continue
                 raise self._driver_error(exc, lost, unsent or idempotent) from exc
             await borrowed.give(fairy, since)
@@ -456,6 +573,8 @@ class PostgresBackend(Backend):
                     committed=None,
                 )
             )
+        if getattr(exc, "sqlstate", None) == _DEADLOCK_DETECTED:
+            return self.deadlocked()  # one statement: rolled back whole
         if getattr(exc, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
             return self.lock_timed_out()
         if getattr(exc, "sqlstate", None) == _QUERY_CANCELED:
@@ -509,6 +628,9 @@ class PostgresBackend(Backend):
     def is_cancelled(self, exc: DBAPIError) -> bool:
         return getattr(exc.orig, "sqlstate", None) == _QUERY_CANCELED
 
+    def is_deadlock(self, exc: DBAPIError) -> bool:
+        return getattr(exc.orig, "sqlstate", None) == _DEADLOCK_DETECTED
+
     async def snapshot_options(self, conn: AsyncConnection) -> None:
         await conn.execution_options(isolation_level="REPEATABLE READ")
 
@@ -522,7 +644,9 @@ class PostgresBackend(Backend):
                     "SELECT CASE WHEN has_function_privilege('pg_control_system()', 'EXECUTE')"
                     " THEN (SELECT system_identifier::text FROM pg_control_system()) END,"
                     " (SELECT oid FROM pg_database WHERE datname = current_database()),"
-                    " to_regnamespace(:schema)::oid"
+                    # By its exact name: to_regnamespace() would parse the text as SQL
+                    # (folding Acme to acme, refusing 'a b')
+                    " (SELECT oid FROM pg_namespace WHERE nspname = :schema)"
                 ),
                 {"schema": schema or "public"},
             )
@@ -643,13 +767,14 @@ class PostgresBackend(Backend):
         starts no transaction of its own, and the lock is the first statement."""
         committing = False
         try:
-            for attempt in (1, 2):
+            for attempt in self.retry.tries():
                 async with self.connect(read=True) as conn:
                     try:
                         await conn.exec_driver_sql("BEGIN")
                     except DBAPIError as exc:
-                        if attempt == 1 and exc.connection_invalidated:
-                            telemetry.retried(log, self.name, "BEGIN found its connection dead")
+                        if exc.connection_invalidated and await self.retry.again(
+                            attempt, log, self.name, "BEGIN found its connection dead"
+                        ):
                             continue  # dead on arrival: no transaction ever started
                         raise
                     try:

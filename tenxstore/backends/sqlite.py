@@ -24,10 +24,11 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import aiosqlite
 from sqlalchemy import Table, bindparam, create_engine, event, func, insert, select
@@ -48,12 +49,15 @@ from .base import (
     Footprint,
     Head,
     HeadWrite,
+    LangGraphFastPath,
     TableSizes,
+    give_back,
     on_every_connection,
     sqlite_code,
     timeout_ms,
 )
 from .driver import DriverStatement
+from .memory_sql import SqliteKeywords
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +66,14 @@ _T = TypeVar("_T")
 __all__ = ["MemoryBackend", "SqliteBackend", "is_memory"]
 
 SchemaHook = Callable[[AsyncConnection], Awaitable[None]]
+# A new in-memory database's schema as the migrations left it, per id types (see
+# MemoryBackend._first_use): a private in-memory copy each, for this process.
+_TEMPLATES: dict[Hashable, sqlite3.Connection] = {}
+_TEMPLATES_LOCK = threading.Lock()
 _WRITE = "tenxstore_write"  # execution option: this connection's next BEGIN is IMMEDIATE
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 
 def _busy(exc: BaseException | None) -> bool:
@@ -96,11 +107,47 @@ def _set_pragmas_on_connect(engine: Engine, lock_timeout: float | None) -> None:
     on_every_connection(engine, _on_connect)
 
 
+class _EndingConnection(sqlite3.Connection):
+    """A pysqlite connection whose ``close()`` releases every lock it holds first.
+
+    SQLAlchemy invalidates, and so closes, the connection of a call cancelled in the
+    middle of a statement. SQLite closes a connection that still has a statement in
+    progress (the cursor the cancelled call left mid-result) as a "zombie" that keeps
+    its transaction, and so the file's write lock (or, in a shared-cache database, its
+    table locks), until that statement is finalized: whenever the garbage collector
+    frees the cursor. Every writer meanwhile waits out its ``lock_timeout``. So the
+    close first resets the statements of its cursors and rolls back: the close is
+    then a real one. It runs where the close runs: on the connection's own thread
+    (aiosqlite's, or the hot path's worker).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._cursors: weakref.WeakSet[sqlite3.Cursor] = weakref.WeakSet()
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:  # execute() makes its cursor here too
+        made = super().cursor(*args, **kwargs)
+        self._cursors.add(made)
+        return made
+
+    def close(self) -> None:
+        try:
+            for cursor in list(self._cursors):
+                cursor.close()  # resets its statement: a read in progress holds locks too
+            if self.in_transaction:
+                self.rollback()
+        except sqlite3.Error:
+            pass  # closed already, or a broken file: close() is all that is left to do
+        super().close()
+
+
 def _open_through_driver(engine: Engine) -> None:
-    """Every aiosqlite connection the engine opens goes through :func:`_open_aiosqlite`."""
+    """Every aiosqlite connection the engine opens goes through :func:`_open_aiosqlite`,
+    as an :class:`_EndingConnection`."""
 
     @event.listens_for(engine, "do_connect")
     def _do_connect(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+        cparams = {"factory": _EndingConnection, **cparams}
         return dialect.dbapi.connect(*cargs, async_creator_fn=_open_aiosqlite, **cparams)
 
 
@@ -158,18 +205,36 @@ async def _file_identity(conn: AsyncConnection) -> str:
 class _Ticket:
     """One write in a worker thread, and the way to stop it: a cancelled caller sets
     ``cancelled`` and interrupts the connection, so the write rolls back instead of
-    committing after the call has ended."""
+    committing after the call has ended.
 
-    __slots__ = ("cancelled", "connection")
+    The interrupt and the worker's :meth:`detach` take turns (a lock): once the worker
+    has detached the connection (to roll back or commit, or to give it back to the
+    pool), no interrupt of this ticket reaches it. Else a canceller that had read the
+    connection just before could interrupt its COMMIT, or the statement of the next
+    writer that took the connection from the pool: an error in an innocent call."""
+
+    __slots__ = ("_lock", "cancelled", "connection")
 
     def __init__(self) -> None:
         self.cancelled = False
         self.connection: Any = None
+        self._lock = threading.Lock()
+
+    def attach(self, connection: Any) -> None:
+        """The write runs on ``connection`` now: a cancel interrupts it."""
+        with self._lock:
+            self.connection = connection
+
+    def detach(self) -> None:
+        """Nothing of the write is left to interrupt on the connection."""
+        with self._lock:
+            self.connection = None
 
     def cancel(self) -> None:
-        self.cancelled = True
-        if self.connection is not None:
-            self.connection.interrupt()  # a statement waiting for the lock stops now
+        with self._lock:
+            self.cancelled = True
+            if self.connection is not None:
+                self.connection.interrupt()  # a statement waiting for the lock stops now
 
 
 class HotPath:
@@ -190,7 +255,11 @@ class HotPath:
         self.lock_timeout = lock_timeout
         self.engine = create_engine(
             url.set(drivername="sqlite+pysqlite"),
-            connect_args={"check_same_thread": False, "timeout": self.SLICE},
+            connect_args={
+                "check_same_thread": False,
+                "timeout": self.SLICE,
+                "factory": _EndingConnection,
+            },
             pool_size=self.WORKERS + self.READERS,
         )
         _set_pragmas_on_connect(self.engine, self.SLICE)
@@ -317,7 +386,7 @@ class HotPath:
         values = {"b_thread": thread_id, "b_user": user_id}
         stmt = self.read_any if user_id is None else self.read_own
         row = self._reading(lambda cursor: self.execute(cursor, stmt, values).fetchone())
-        return None if row is None else Head(row[0], row[1], user_id, row[2])
+        return None if row is None else Head(row[0], row[1], row[3], row[2])
 
     def commit(self, write: HeadWrite, ticket: _Ticket | None = None) -> Head | None:
         """The common state write (see :class:`HeadWrite`) under the write lock."""
@@ -329,7 +398,7 @@ class HotPath:
         driver = connection.driver_connection
         assert driver is not None
         ticket = ticket or _Ticket()
-        ticket.connection = driver
+        ticket.attach(driver)
         turn = False
         try:
             if ticket.cancelled:
@@ -345,18 +414,18 @@ class HotPath:
                 if ticket.cancelled:  # the caller is gone: never commit after it
                     result = None
             except BaseException:
-                ticket.connection = None  # nothing to interrupt in the rollback
+                ticket.detach()  # nothing to interrupt in the rollback
                 if driver.in_transaction:
                     self._sent("ROLLBACK")
                     cursor.execute("ROLLBACK")
                 raise
-            ticket.connection = None
+            ticket.detach()
             self._sent("COMMIT" if result is not None else "ROLLBACK")
             cursor.execute("COMMIT" if result is not None else "ROLLBACK")
             cursor.close()
             return result
         finally:
-            ticket.connection = None
+            ticket.detach()
             if turn:
                 self._turn.release()
             connection.close()
@@ -416,7 +485,7 @@ class HotPath:
         row = self.execute(cursor, self.lock, values).fetchone()
         if (
             row is None
-            or (w.user_id is not None and row[0] != w.user_id)
+            or (w.owned and row[0] != w.user_id)
             or (w.expected is not None and row[1] != w.expected)
             or (w.incarnation is not None and row[2] != w.incarnation)
         ):
@@ -448,6 +517,7 @@ class SqliteBackend(Backend):
 
     name = "sqlite"
     dialect = "sqlite"
+    keywords = SqliteKeywords()
     _hot: HotPath | None = None
 
     async def identity(self, conn: AsyncConnection, schema: str | None) -> str:
@@ -514,6 +584,15 @@ class SqliteBackend(Backend):
         """The file's driver-level path (None for a database of another kind: an
         engine given by the caller, the in-memory database)."""
         return self._hot
+
+    def langgraph_fast_path(self, store: Store) -> LangGraphFastPath | None:
+        """One thread hop each on the file's driver-level path (:mod:`.sqlite_langgraph`);
+        None without one."""
+        if self._hot is None:
+            return None
+        from .sqlite_langgraph import OneHop
+
+        return OneHop(store)
 
     async def write_in_thread(self, work: Callable[[Any], _T | None]) -> _T | None:
         """``work(cursor)`` under the write lock in one thread hop (see
@@ -623,6 +702,7 @@ class MemoryBackend(SqliteBackend):
     name = "memory"
     pool_per_loop = False
     _create_schema: SchemaHook | None = None
+    _template: Hashable = None
 
     @classmethod
     def create_engine(
@@ -667,18 +747,42 @@ class MemoryBackend(SqliteBackend):
     async def connect(self, *, read: bool = False) -> AsyncIterator[AsyncConnection]:
         """The one connection, in turn; the schema is created before its first use."""
         engines = self._engines.first
-        async with self._turn, (engines.read if read else engines.engine).connect() as conn:
-            if self._create_schema is not None:
-                create, self._create_schema = self._create_schema, None
-                try:
-                    await create(conn)
-                except BaseException:
-                    self._create_schema = create
-                    raise
-            yield conn
+        async with self._turn:
+            conn = await (engines.read if read else engines.engine).connect().start()
+            try:
+                if self._create_schema is not None:
+                    create, self._create_schema = self._create_schema, None
+                    try:
+                        await self._first_use(conn, create)
+                    except BaseException:
+                        self._create_schema = create
+                        raise
+                yield conn
+            finally:
+                await give_back(conn, self.name)
 
-    def create_schema_on_first_use(self, hook: SchemaHook) -> None:
-        self._create_schema = hook
+    async def _first_use(self, conn: AsyncConnection, create: SchemaHook) -> None:
+        """Create the schema: a copy of the one the migrations made for the first
+        database of these id types in this process (sqlite3's backup, with a store id
+        of its own), or the migrations themselves for that first one (~0.2 s: a test
+        suite makes a checkpointer per test). The hook then finds it at head."""
+        keeper, key = self._keeper, self._template
+        with _TEMPLATES_LOCK:
+            template = None if key is None else _TEMPLATES.get(key)
+        if template is not None and keeper is not None:
+            with _TEMPLATES_LOCK:  # one backup from the template at a time
+                template.backup(keeper)
+            keeper.execute("UPDATE tenxstore_store SET store_id = ?", (uuid.uuid4().hex,))
+            keeper.commit()
+        await create(conn)
+        if template is None and key is not None and keeper is not None:
+            copy = sqlite3.connect(":memory:", check_same_thread=False)
+            keeper.backup(copy)
+            with _TEMPLATES_LOCK:
+                _TEMPLATES.setdefault(key, copy)
+
+    def create_schema_on_first_use(self, hook: SchemaHook, template: Hashable = None) -> None:
+        self._create_schema, self._template = hook, template
 
     def setup_engine(self) -> None:  # type: ignore[override]  # the database is this engine
         return None

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from redis.asyncio import Redis
 
 from tenxstore import CachedCheckpointer, CheckpointRepository, PgCheckpointer
 from tests import services
 from tests.cache.conftest import sql_statements
-from tests.conftest import cfg, drop_schema, new_schema
+from tests.conftest import cfg, drop_schema, new_schema, quoted
 
 
 @pytest.fixture
@@ -135,3 +137,45 @@ async def test_the_namespace_holds_no_secret(
     await cp.asetup()
     await cp.aget_state_cache(cfg("nothing"))
     assert "hunter2" not in cp.key_prefix and "127.0.0.1" not in cp.key_prefix
+
+
+@pytest.fixture
+async def case_schemas(pg_url: str) -> AsyncIterator[tuple[str, str]]:
+    """Two schema names that differ only by case, dropped after the test."""
+    tag = uuid.uuid4().hex[:8]
+    names = (f"acme_{tag}", f"Acme_{tag}")
+    yield names
+    for name in names:
+        await drop_schema(pg_url, name)
+
+
+async def test_schemas_whose_names_differ_by_case_never_share_an_entry(
+    case_schemas: tuple[str, str], made: list[Any], pg_url: str, redis_url: str
+) -> None:
+    """``Acme`` is not ``acme``: here ``Acme`` is restored from a copy of ``acme`` (the
+    same store id row), on one Redis. The store's identity used to find its schema by
+    the name parsed as SQL, which folds ``Acme`` to ``acme``: the copy took the
+    original's namespace and was served its entries."""
+    lower, upper = case_schemas
+    original = PgCheckpointer(postgres_dsn=pg_url, redis_url=redis_url, schema=lower)
+    made.append(original)
+    await original.asetup()
+    async with PgCheckpointer(postgres_dsn=pg_url, redis_url=redis_url, schema=upper) as fresh:
+        await fresh.asetup()
+    admin = await asyncpg.connect(pg_url)
+    try:
+        await admin.execute(
+            f"UPDATE {quoted(upper)}.tenxstore_store SET store_id = "
+            f"(SELECT store_id FROM {quoted(lower)}.tenxstore_store)"
+        )
+    finally:
+        await admin.close()
+    copy = PgCheckpointer(postgres_dsn=pg_url, redis_url=redis_url, schema=upper)
+    made.append(copy)
+    await original.aput_state(cfg(), {"tenant": "acme"})
+    assert await original.aget_state_cache(cfg()) == {"tenant": "acme"}
+    assert await copy.aget_state_cache(cfg()) is None  # the same ids, another store
+    await copy.aput_state(cfg(), {"tenant": "Acme"})
+    assert await original.aget_state_cache(cfg()) == {"tenant": "acme"}
+    assert await copy.aget_state_cache(cfg()) == {"tenant": "Acme"}
+    assert original.key_prefix != copy.key_prefix

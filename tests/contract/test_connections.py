@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import sqlite3
 import time
 import uuid
@@ -89,6 +90,34 @@ async def test_killed_idle_connections_cost_nothing(
         await repo.aclose()
 
 
+async def test_the_retry_policy_says_how_often_a_dead_connection_is_tried_again(
+    pg_url: str, pg_schema: str, admin: Any
+) -> None:
+    """``RetryPolicy(attempts=1)``: a read whose pooled connection was killed is not
+    tried again (ConnectionLost, nothing was written); the default tries once more; a
+    wait between tries is the policy's backoff."""
+    from tenxstore import ConnectionLost, RetryPolicy
+
+    repo, name = named_repo(pg_url, pg_schema, retry=RetryPolicy(attempts=1))
+    patient, patient_name = named_repo(
+        pg_url, pg_schema, retry=RetryPolicy(attempts=3, backoff=0.01)
+    )
+    try:
+        await repo.asetup()
+        config = cfg("t", "u")
+        await repo.aput_state(config, {"n": 1})
+        await kill(admin, await backends(admin, name), settle=True)
+        with pytest.raises(ConnectionLost):
+            await repo.aget_state(cfg("t", "u"))
+        assert await repo.aget_state(cfg("t", "u")) == {"n": 1}  # a fresh one now
+        assert await patient.aget_state(cfg("t", "u")) == {"n": 1}
+        await kill(admin, await backends(admin, patient_name), settle=True)
+        assert await patient.aget_state(cfg("t", "u")) == {"n": 1}
+    finally:
+        await repo.aclose()
+        await patient.aclose()
+
+
 async def hold_lock(admin: Any, schema: str) -> Any:
     """Another writer that holds the thread's row lock until its transaction ends."""
     transaction = admin.transaction()
@@ -116,6 +145,17 @@ async def waiting_writer(admin: Any, name: str) -> list[int]:
             return pids
         await asyncio.sleep(0.01)  # polling for the writer to reach the lock, not a race
     raise AssertionError("the writer never waited on the lock")
+
+
+async def closed(admin: Any, name: str) -> list[int]:
+    """The application's backends still there once the server has ended the ones whose
+    client closed them (a closed client's backend exits on its own, soon after)."""
+    deadline = time.monotonic() + 10
+    while True:
+        left = await backends(admin, name)
+        if not left or time.monotonic() > deadline:
+            return left
+        await asyncio.sleep(0.01)  # polling the server's view, not a race
 
 
 async def test_a_writer_killed_while_waiting_on_the_lock(
@@ -281,6 +321,7 @@ async def test_a_connection_that_breaks_while_opening_is_opened_again(
             await repo.aput_state(cfg("t", "u"), {"n": "lost"})
         assert err.value.committed is False
         assert await repo.aget_state(cfg("t", "u")) == {"n": 2}
+        del err  # its traceback holds the broken opening's frames until collected
     finally:
         await repo.aclose()
         await link.close()
@@ -607,3 +648,76 @@ async def _handed_over(sql_backend: Any) -> None:
         await repo.aclose()
     finally:
         await engine.dispose()
+
+
+async def test_connections_killed_under_load_raise_our_errors_only(
+    pg_url: str, pg_schema: str, admin: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """8 conversations while an operator ends every backend of the application, again
+    and again (new connections too, as they open): each call succeeds or raises
+    tenxstore's error. A connection ended while it was being set up for a hot call
+    escaped as asyncpg's own InterfaceError ("connection is closed")."""
+    from tenxstore import TenxStoreError
+
+    repo, name = named_repo(pg_url, pg_schema)
+    outcomes: list[BaseException | None] = []
+    try:
+        await repo.asetup()
+        await repo.aget_state(cfg("warm", "u"))  # the first-use check is behind us
+
+        async def conversation(n: int) -> None:
+            for turn in range(30):
+                config = cfg(f"t{n}", "u")
+                try:
+                    await repo.aget_state(config)
+                    await repo.aput_state(config, {"turn": turn})
+                    await repo.aget_messages(config)
+                    outcomes.append(None)
+                except Exception as exc:
+                    outcomes.append(exc)
+
+        talking = asyncio.gather(*(conversation(n) for n in range(8)))
+        with caplog.at_level(logging.WARNING):
+            while not talking.done():  # sweep after sweep: old backends and new ones
+                await kill(admin, await backends(admin, name))
+            await talking
+        raw = [o for o in outcomes if o is not None and not isinstance(o, TenxStoreError)]
+        assert raw == []
+        assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+        assert await repo.aput_state(cfg("after", "u"), {"n": 1}) == 1
+    finally:
+        await repo.aclose()
+    assert await closed(admin, name) == []  # every connection it opened was closed
+    gc.collect()  # none was left to the garbage collector
+
+
+async def test_a_connection_in_use_when_another_is_found_dead_is_closed_after_all(
+    pg_url: str, pg_schema: str, admin: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hot call that finds its connection dead drops every idle one (they likely died
+    with it) and opens anew. A connection another call was using meanwhile is closed
+    in its turn. It went back to a pool replaced meanwhile, which nothing closed: left
+    open on the server, and unclosed to the garbage collector (asyncpg's
+    ResourceWarning, seen once in ~10 runs of the test above)."""
+    repo, name = named_repo(pg_url, pg_schema)
+    try:
+        await repo.asetup()
+        config = cfg("t", "u")
+        await repo.aput_state(config, {"n": 1})
+        # Two of SQLAlchemy's checkouts at once: two connections idle in the pool.
+        await asyncio.gather(repo.aget_messages(config), repo.aget_messages(config))
+        holder = await hold_lock(admin, pg_schema)
+        write = asyncio.ensure_future(repo.aput_state(config, {"n": 2}))
+        writer = await waiting_writer(admin, name)  # its connection is in use
+        idle = [pid for pid in await backends(admin, name) if pid not in writer]
+        await kill(admin, idle, settle=True)
+        # The read's first connection is dead: it drops the idle ones, opens a new one.
+        with caplog.at_level(logging.DEBUG, logger="tenxstore"):
+            assert await repo.aget_state(cfg("t2", "u")) is None
+        assert "retrying: a connection broke" in caplog.text  # it found one dead
+        await holder.rollback()
+        assert await write == 2
+    finally:
+        await repo.aclose()
+    assert await closed(admin, name) == []  # every connection it opened was closed
+    gc.collect()  # none was left to the garbage collector

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from tenxstore import (
     CheckpointRepository,
     ConfigError,
     SerializationError,
+    StaleStateError,
     ThreadOwnershipError,
     ToolExecution,
     ToolExecutionClaimLost,
@@ -23,7 +23,8 @@ from tenxstore import (
     ToolExecutionMismatch,
     ToolExecutionNotFound,
 )
-from tests.conftest import Backend, cfg
+from tests import procs
+from tests.conftest import Backend, backend_for, cfg
 
 
 async def test_claim_complete_then_replay(cp: CheckpointRepository) -> None:
@@ -447,7 +448,7 @@ async def test_processes_run_the_body_once(sql_backend: Backend, tmp_path: Path)
     await sql_backend.make()
     assert sql_backend.url is not None
     marks = tmp_path / "marks"
-    ctx = multiprocessing.get_context("spawn")
+    ctx = procs.context()
     barrier, collided, done, out = ctx.Barrier(4), ctx.Value("i", 0), ctx.Event(), ctx.Queue()
     workers = [
         ctx.Process(
@@ -491,3 +492,68 @@ async def test_an_outcome_of_a_claim_from_a_deleted_life_changes_nothing(
     assert lost.value.replaced and "deleted or replaced" in str(lost.value)
     with pytest.raises(ToolExecutionInProgress):
         await cp.abegin_tool_execution(cfg(), "call", "send", {"to": "x"})  # worker C
+
+
+ERASURES: dict[str, Callable[[Any], Awaitable[Any]]] = {
+    "aclean_thread": lambda cp: cp.aclean_thread(cfg()),
+    "adelete_user": lambda cp: cp.adelete_user("alice"),
+    "aprune_idle": lambda cp: cp.aprune_idle(timedelta(microseconds=1)),
+}
+
+
+@pytest.mark.parametrize("erase", list(ERASURES))
+async def test_a_run_from_before_an_erasure_never_writes_through_the_ledger(
+    cp: CheckpointRepository, erase: str
+) -> None:
+    """A run read alice's thread; then she was erased. Its tool call must not bring her
+    thread back (owned by her, holding the tool's arguments and result): the claim is
+    StaleStateError, as the run's state write is, and the body never runs."""
+    await cp.aput_checkpoint(cfg(), {"step": 1}, [{"id": "m1", "content": "hi"}])
+    run = cfg()
+    assert await cp.aget_state_cache(run) == {"step": 1}  # the run records what it read
+    replica = cfg(**{"_checkpoint_version": run["_checkpoint_version"]})  # no life known
+    await ERASURES[erase](cp)
+    assert await cp.alist_threads({"user_id": "alice"}) == []
+    ran: list[str] = []
+    for config in (run, replica):
+        with pytest.raises(StaleStateError) as stale:
+            await cp.abegin_tool_execution(config, "call", "charge", {"amount": 5})
+        assert stale.value.replaced
+        with pytest.raises(StaleStateError):
+            await cp.arun_tool_once(config, "call", "charge", {"amount": 5}, ran.append)
+        with pytest.raises(StaleStateError):
+            await cp.aput_state(config, {"step": 2})
+    assert ran == [] and await cp.alist_threads({"user_id": "alice"}) == []
+    assert await cp.aget_tool_execution(cfg(), "call") is None
+    # a thread written again since is another life: the old run still may not claim
+    await cp.aput_state(cfg(user="alice"), {"new": "life"})
+    with pytest.raises(StaleStateError):
+        await cp.abegin_tool_execution(run, "call", "charge", {"amount": 5})
+    assert await cp.alist_tool_executions(cfg()) == []
+    # a run that never read (or read the thread absent) claims as before
+    fresh = cfg("t2")
+    assert await cp.aget_state(fresh) is None
+    claim = await cp.abegin_tool_execution(fresh, "call", "charge", {"amount": 5})
+    assert claim.status == "started"
+
+
+async def test_a_result_too_large_for_the_server_is_not_run_again(tmp_path: Path) -> None:
+    """MariaDB refuses a statement over max_allowed_packet (16 MB by default): the body
+    has run, so the call is recorded as succeeded without its result, and no later
+    call — even once the lease is long over — runs it again."""
+    async with backend_for("mariadb", tmp_path) as backend:
+        cp = await backend.make(tool_lease_seconds=0.05)
+        ran: list[int] = []
+
+        def fetch() -> str:
+            ran.append(1)
+            return "x" * (17 * 2**20)  # the side effect happened; its result is 17 MB
+
+        for _ in range(3):
+            with pytest.raises(SerializationError, match="too large"):
+                await cp.arun_tool_once(cfg(), "big", "fetch", {}, fetch)
+            assert await cp.aget_tool_execution(cfg(), "big") is not None
+        assert ran == [1]
+        record = await cp.aget_tool_execution(cfg(), "big")
+        assert record is not None and (record.status, record.result) == ("succeeded", None)
+        assert record.error is not None and "max_allowed_packet" in record.error

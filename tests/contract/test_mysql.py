@@ -5,6 +5,7 @@ it takes or refuses. (The contract suite itself runs on it as the ``mariadb`` ba
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -21,7 +22,6 @@ from tenxstore import (
     StatementCancelled,
 )
 from tenxstore.backends import async_url
-from tenxstore.backends.base import Backend
 from tenxstore.backends.mysql import MysqlBackend, lock_wait_seconds
 from tests import services
 from tests.conftest import cfg, mysql_admin, mysql_admin_args, new_mysql_database
@@ -96,17 +96,18 @@ async def test_ids_differ_by_case_and_trailing_space(mysql_db: tuple[str, str]) 
         await repo.aclose()
 
 
-async def test_key_length_is_the_langgraph_key_columns_length(
+async def test_the_langgraph_key_limits_are_the_key_columns_lengths(
     mysql_db: tuple[str, str],
 ) -> None:
-    """``backend.key_length`` (what LangGraph keys are checked against) is what the
-    key columns hold on MySQL; the other databases hold 255."""
+    """What LangGraph keys are checked against (``KeyLimits``, read off the tables) is
+    what the key columns hold on MySQL: 191 characters (InnoDB's 3072-byte keys in
+    utf8mb4); the other databases hold 255."""
     url, database = mysql_db
     repo = CheckpointRepository(url)
     try:
         await repo.asetup()
-        assert repo.backend.key_length == 191
-        assert Backend.key_length == 255  # PostgreSQL's and SQLite's
+        limits = repo.langgraph.limits
+        assert (limits.namespace, limits.channel, limits.task_id) == (191, 191, 191)
         admin = await admin_connection(database)
         try:
             async with admin.cursor() as cursor:
@@ -119,7 +120,7 @@ async def test_key_length_is_the_langgraph_key_columns_length(
                 lengths = [int(row[0]) for row in await cursor.fetchall()]
         finally:
             admin.close()
-        assert len(lengths) == 6 and set(lengths) == {repo.backend.key_length}
+        assert len(lengths) == 6 and set(lengths) == {limits.channel}
     finally:
         await repo.aclose()
 
@@ -396,44 +397,82 @@ async def test_a_downgrade_that_failed_halfway_is_finished_by_the_next_run(
         await repo.aclose()
 
 
-async def test_a_deadlock_is_a_lock_timeout_and_the_other_write_commits(
-    mysql_db: tuple[str, str],
+async def test_a_connection_the_server_ended_is_discarded_with_one_warning(
+    mysql_db: tuple[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Two writes that lock two threads in opposite orders: InnoDB rolls one back
-    (error 1213), raised as LockTimeout; the other commits."""
-    from sqlalchemy import update
-
-    repo = CheckpointRepository(mysql_db[0])
+    """KILL of a checked-out connection with nothing left to roll back: its reset on
+    the way back to the pool fails. SQLAlchemy's own reset logged that at ERROR with a
+    traceback; it is one WARNING line, the connection is discarded, and the next calls
+    get a fresh one."""
+    url, database = mysql_db
+    repo = CheckpointRepository(url)
+    killer = await admin_connection(database)
     try:
         await repo.asetup()
-        for thread in "ab":
-            await repo.aput_state(cfg(thread, "u"), {"n": 0})
-        store = repo._store
-        threads = store.tables.threads
-        holding = [asyncio.Event(), asyncio.Event()]
-
-        async def write(me: int, first: str, second: str) -> None:
-            async with store.backend.write(store.sql.lock, {"b_thread": first}) as (conn, _):
-                holding[me].set()
-                await holding[1 - me].wait()  # each holds its first lock: now cross
-                await conn.execute(store.sql.lock, {"b_thread": second})
-                await conn.execute(
-                    update(threads).where(threads.c.thread_id == first).values(name=f'"{me}"')
-                )
-
-        done = await asyncio.wait_for(
-            asyncio.gather(write(0, "a", "b"), write(1, "b", "a"), return_exceptions=True), 20
-        )
-        assert sorted(type(d).__name__ for d in done) == ["LockTimeout", "NoneType"], done
-        loser = next(i for i, d in enumerate(done) if isinstance(d, LockTimeout))
-        names = {info.thread_id: info.name async for info in _threads(repo)}
-        assert names["ab"[loser]] is None and names["ab"[1 - loser]] == str(1 - loser)
+        await repo.aput_state(cfg("t", "u"), {"n": 1})
+        with caplog.at_level(logging.WARNING):
+            async with repo.backend.connect() as conn:
+                victim = (await conn.exec_driver_sql("SELECT CONNECTION_ID()")).scalar_one()
+                await conn.commit()  # the pool's reset is the only rollback left
+                async with killer.cursor() as cursor:
+                    await cursor.execute(f"KILL {victim}")
+        assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+        resets = [r for r in caplog.records if "could not be reset" in r.getMessage()]
+        assert len(resets) == 1, caplog.records
+        assert resets[0].levelno == logging.WARNING and resets[0].exc_info is None
+        assert "\n" not in resets[0].getMessage()  # 2006 or 2013: the server is gone
+        assert await repo.aget_state(cfg("t", "u")) == {"n": 1}
+        assert await repo.aput_state(cfg("t", "u"), {"n": 2}) == 2
     finally:
+        killer.close()
         await repo.aclose()
 
 
-async def _threads(repo: CheckpointRepository) -> AsyncIterator[Any]:
-    for thread in "ab":
-        info = await repo.aget_thread(cfg(thread, "u"))
-        assert info is not None
-        yield info
+async def test_connections_killed_under_load_raise_our_errors_and_log_warnings(
+    mysql_db: tuple[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """8 conversations while an operator KILLs every connection of the database, over
+    and over: each call succeeds or raises tenxstore's error (ConnectionLost), and the
+    log holds WARNING lines, never an ERROR or a traceback."""
+    from tenxstore import TenxStoreError
+
+    url, database = mysql_db
+    repo = CheckpointRepository(url)
+    killer = await admin_connection(database)
+    outcomes: list[BaseException | None] = []
+    try:
+        await repo.asetup()
+        await repo.aget_state(cfg("warm", "u"))  # the first-use check is behind us
+
+        async def conversation(n: int) -> None:
+            for turn in range(40):
+                config = cfg(f"t{n}", "u")
+                try:
+                    await repo.aget_state(config)
+                    await repo.aput_state(config, {"turn": turn})
+                    await repo.aget_messages(config)
+                    outcomes.append(None)
+                except Exception as exc:
+                    outcomes.append(exc)
+
+        talking = asyncio.gather(*(conversation(n) for n in range(8)))
+        with caplog.at_level(logging.WARNING):
+            while not talking.done():
+                async with killer.cursor() as cursor:
+                    await cursor.execute(
+                        "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s "
+                        "AND ID <> CONNECTION_ID()",
+                        (database,),
+                    )
+                    for (victim,) in await cursor.fetchall():
+                        with contextlib.suppress(Exception):  # gone meanwhile
+                            await cursor.execute(f"KILL {victim}")
+            await talking
+        raw = [o for o in outcomes if o is not None and not isinstance(o, TenxStoreError)]
+        assert raw == []
+        assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+        assert [r for r in caplog.records if r.exc_info] == []
+        assert await repo.aput_state(cfg("after", "u"), {"n": 1}) == 1
+    finally:
+        killer.close()
+        await repo.aclose()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 from typing import Any
 
 import pytest
 
 from tenxstore import CheckpointRepository, StaleStateError
+from tests import procs
 from tests.conftest import Backend
 
 PROCESSES, CYCLES = 4, 25
@@ -42,7 +42,7 @@ def _increment_in_process(
 async def test_processes_increment_one_thread(sql_backend: Backend) -> None:
     repo = await sql_backend.make()
     assert sql_backend.url is not None
-    ctx = multiprocessing.get_context("spawn")
+    ctx = procs.context()
     barrier, results = ctx.Barrier(PROCESSES), ctx.Queue()
     workers = [
         ctx.Process(

@@ -10,6 +10,10 @@ ROLLBACK), which reports the precise version.
 SQLite (counted as sent): one thread hop runs BEGIN IMMEDIATE, the lock select, the
 state, messages, version bump (and prune), COMMIT; a read is one SELECT.
 Behind PgBouncer every statement runs in a transaction of SQLAlchemy's.
+
+A LangGraph checkpoint put that continues from the head is ONE statement on
+PostgreSQL too, and moves its thread's ``updated_at`` inside it; a read of the head
+is one.
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
 
 from tenxstore import CheckpointRepository, StaleStateError
+from tenxstore.langgraph import TenxCheckpointSaver
 from tests.cache.conftest import sql_statements
 from tests.conftest import backend_for, cfg
 from tests.servers import PgWire, TcpProxy
@@ -97,3 +104,81 @@ async def statements_per_operation(name: str, repo: CheckpointRepository) -> Non
         with sql_statements(repo) as reads:
             await read(config)  # type: ignore[operator]
         assert len(reads) == (2 if sqlite and read != repo.aget_state else 1), reads
+
+
+async def langgraph_turns(
+    saver: TenxCheckpointSaver, config: dict[str, Any], n: int, version: str | None = None
+) -> tuple[dict[str, Any], str | None]:
+    """``n`` puts of channel ``step``, each from the one before: (the last config, the
+    channel's version)."""
+    for step in range(n):
+        version = saver.get_next_version(version, None)
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"step": step}
+        checkpoint["channel_versions"] = {"step": version}
+        metadata: Any = {"source": "loop", "step": step}
+        config = await saver.aput(config, checkpoint, metadata, {"step": version})
+    return config, version
+
+
+async def test_a_langgraph_put_is_one_round_trip_and_moves_updated_at(
+    pg_url: str, pg_schema: str
+) -> None:
+    wire = PgWire()
+    link = TcpProxy(urlsplit(pg_url).port or 5432, parser=wire.reader())
+    await link.start()
+    repo = CheckpointRepository(
+        f"postgresql://postgres@127.0.0.1:{link.port}/test", schema=pg_schema
+    )
+    saver = TenxCheckpointSaver(repo)
+    try:
+        await repo.asetup()
+        for warm in ("w1", "w2"):  # connections opened, statements prepared on them
+            warm_config = {"configurable": {"thread_id": warm, "user_id": "u"}}
+            await langgraph_turns(saver, warm_config, 3)
+            await saver.aget_tuple(warm_config)
+        config, version = await langgraph_turns(
+            saver, {"configurable": {"thread_id": "t", "user_id": "u"}}, 2
+        )
+        before = await repo.aget_thread(cfg("t", "u"))
+        with on_the_wire(wire) as put:
+            await langgraph_turns(saver, config, 1, version)
+        assert (put.statements, put.round_trips) == (1, 1), vars(put)
+        after = await repo.aget_thread(cfg("t", "u"))
+        assert before is not None and after is not None and after.updated_at > before.updated_at
+        with on_the_wire(wire) as read:
+            found = await saver.aget_tuple({"configurable": {"thread_id": "t", "user_id": "u"}})
+        assert found is not None and found.metadata["step"] == 0
+        assert (read.statements, read.round_trips) == (1, 1), vars(read)
+    finally:
+        await repo.aclose()
+        await link.close()
+
+
+@pytest.mark.parametrize("name", ["sqlite", "pgbouncer", "mariadb"])
+async def test_langgraph_statements_per_put(name: str, tmp_path: Path) -> None:
+    """SQLite's one thread hop, and the locked path behind PgBouncer and on MariaDB:
+    the thread's ``updated_at`` moves in a statement the put sends anyway (folded into
+    the look on PostgreSQL), or in one more statement where it cannot be (MariaDB has
+    no data-modifying CTE)."""
+    async with backend_for(name, tmp_path) as backend:
+        repo = await backend.make()
+        saver = TenxCheckpointSaver(repo)
+        config, version = await langgraph_turns(
+            saver, {"configurable": {"thread_id": "t", "user_id": "u"}}, 2
+        )
+        before = await repo.aget_thread(cfg("t", "u"))
+        with sql_statements(repo) as sent:
+            await langgraph_turns(saver, config, 1, version)
+        said = "\n".join(s[:150] for s in sent)
+        touches = [
+            s for s in sent if s.lstrip().startswith(("UPDATE", "WITH")) and "updated_at" in s
+        ]
+        assert len(touches) == 1, said
+        # SQLite: BEGIN IMMEDIATE, the thread, the parent, the base, move the head
+        # mark, touch, the checkpoint, its value, COMMIT. PgBouncer: SET LOCAL, lock,
+        # look (with the touch), the checkpoint, the head, the bases, the value.
+        # MariaDB: lock, look, touch, the checkpoint, the head, the bases, the value.
+        assert len(sent) == {"sqlite": 9, "pgbouncer": 7, "mariadb": 7}[name], said
+        after = await repo.aget_thread(cfg("t", "u"))
+        assert before is not None and after is not None and after.updated_at > before.updated_at

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["engine_from_asyncpg_pool"]
 

@@ -1,0 +1,142 @@
+"""libpq's URL options on asyncpg: what the query of a PostgreSQL URL may say.
+
+A URL that works with ``psql`` — ``postgresql://app@db/agents?sslmode=require&
+application_name=worker`` — must work here too. SQLAlchemy hands every query option
+of an asyncpg URL to ``asyncpg.connect`` as a keyword, which knows none of libpq's
+names (``TypeError: connect() got an unexpected keyword argument 'sslmode'``, at the
+first call). So the options are read once, at construction, and each is given to
+asyncpg the way asyncpg takes it:
+
+* the TLS and session options asyncpg parses from a libpq DSN itself (``sslmode``,
+  ``sslrootcert``, ``sslcert``, ``sslkey``, ``sslpassword``, ``sslcrl``,
+  ``sslnegotiation``, ``ssl_min_protocol_version``, ``ssl_max_protocol_version``,
+  ``target_session_attrs``, ``krbsrvname``, ``gsslib``, ``passfile``, ``service``)
+  go to it as such a DSN (``dsn=``: asyncpg builds the TLS context exactly as it
+  documents; the URL's host, port, user and database still win);
+* ``application_name`` and ``options`` (``-c name=value`` pairs, as libpq sends them)
+  become server settings; ``connect_timeout`` asyncpg's ``timeout``;
+* what SQLAlchemy itself reads stays (``host`` for several hosts or a socket
+  directory, ``prepared_statement_cache_size``).
+
+Anything else is refused with :class:`~tenxstore.errors.ConfigError` naming the
+option, before any I/O — never a raw ``TypeError`` on the first call.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+from urllib.parse import urlencode
+
+from sqlalchemy.engine import URL
+
+from ..errors import ConfigError
+
+__all__ = ["asyncpg_options"]
+
+_THROUGH_DSN = frozenset(
+    (
+        "sslmode",
+        "sslrootcert",
+        "sslcert",
+        "sslkey",
+        "sslpassword",
+        "sslcrl",
+        "sslnegotiation",
+        "ssl_min_protocol_version",
+        "ssl_max_protocol_version",
+        "target_session_attrs",
+        "krbsrvname",
+        "gsslib",
+        "passfile",
+        "service",
+    )
+)
+_ACCEPTED = _THROUGH_DSN | {"application_name", "options", "connect_timeout"}
+_KEPT = frozenset(("host", "port", "prepared_statement_cache_size"))
+_SSLMODES = frozenset(("disable", "allow", "prefer", "require", "verify-ca", "verify-full"))
+
+
+def _one(name: str, value: str | tuple[str, ...]) -> str:
+    if isinstance(value, tuple):
+        if len(value) != 1:
+            raise ConfigError(f"the URL option {name!r} is given {len(value)} times")
+        value = value[0]
+    return value
+
+
+def _settings(options: str) -> dict[str, str]:
+    """libpq's ``options``: ``-c name=value`` (or ``--name=value``) pairs."""
+    try:
+        words = shlex.split(options)
+    except ValueError as exc:
+        raise ConfigError(f"the URL option 'options' is not valid: {exc}") from None
+    found: dict[str, str] = {}
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "-c" and i + 1 < len(words):
+            pair, i = words[i + 1], i + 2
+        elif word.startswith("-c") and len(word) > 2:
+            pair, i = word[2:], i + 1
+        elif word.startswith("--"):  # --name=value is -c name=value (dashes: underscores)
+            name, sep, value = word[2:].partition("=")
+            pair, i = f"{name.replace('-', '_')}{sep}{value}", i + 1
+        else:
+            raise ConfigError(
+                "the URL option 'options' takes -c name=value pairs (as libpq's does), "
+                f"not {word!r}"
+            )
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"the URL option 'options': {pair!r} is not name=value")
+        found[name] = value
+    return found
+
+
+def asyncpg_options(url: URL) -> tuple[URL, dict[str, Any]]:
+    """A PostgreSQL URL without the libpq options asyncpg cannot take as keywords, and
+    the ``connect_args`` that say them to asyncpg.
+
+    Raises:
+        ConfigError: An option asyncpg has no equivalent of, given twice, or invalid.
+    """
+    dsn: dict[str, str] = {}
+    settings: dict[str, str] = {}
+    args: dict[str, Any] = {}
+    kept: dict[str, str | tuple[str, ...]] = {}
+    for name, value in url.query.items():
+        if name in _KEPT:
+            kept[name] = value
+            continue
+        text = _one(name, value)
+        if name in _THROUGH_DSN:
+            if name == "sslmode" and text not in _SSLMODES:
+                raise ConfigError(
+                    f"sslmode must be one of {', '.join(sorted(_SSLMODES))}, not {text!r}"
+                )
+            dsn[name] = text
+        elif name == "application_name":
+            settings["application_name"] = text
+        elif name == "options":
+            settings.update(_settings(text))
+        elif name == "connect_timeout":
+            try:
+                timeout = float(text)
+            except ValueError:
+                raise ConfigError(
+                    f"connect_timeout must be a number of seconds, not {text!r}"
+                ) from None
+            if timeout > 0:  # libpq: 0 (or less) waits indefinitely
+                args["timeout"] = timeout
+        else:
+            raise ConfigError(
+                f"the URL option {name!r} has no asyncpg equivalent; tenxstore takes libpq's "
+                f"{', '.join(sorted(_ACCEPTED))} (engine_options={{'connect_args': {{...}}}} "
+                "passes anything to asyncpg)"
+            )
+    if dsn:
+        args["dsn"] = "postgresql://?" + urlencode(dsn)
+    if settings:
+        args["server_settings"] = settings
+    return url.set(query=kept), args

@@ -1,0 +1,115 @@
+"""URLs in errors never show a password; libpq's URL options work on asyncpg; a tool
+call reused with other arguments names them by a digest, never their values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+import tenxstore
+from tenxstore import CheckpointRepository, ConfigError, ToolExecutionMismatch
+from tenxstore.validate import masked_url
+from tests.conftest import cfg
+
+SECRET = "s3cr3t-Pa55"
+
+BAD_URLS = [
+    f"postgresql://app:{SECRET}@127.0.0.1:54x2/test",  # a typo in the port
+    f"postgresql://app:{SECRET}@[::1/test",  # an unclosed IPv6 bracket
+    f"mysql://root:{SECRET}@127.0.0.1:33o6/test",
+    f"postgresql://app:{SECRET}@127.0.0.1/test?bogus=1",
+    f"postgresql://app:{SECRET}@127.0.0.1/test?sslmode=sometimes",
+    f"postgresql://app:{SECRET}@127.0.0.1/test?connect_timeout=soon",
+    f"postgresql://app:{SECRET}@127.0.0.1/test?sslmode=require&sslmode=disable",
+]
+
+
+@pytest.mark.parametrize("url", BAD_URLS)
+def test_a_url_that_is_refused_never_shows_its_password(url: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        CheckpointRepository(url)
+    assert SECRET not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: tenxstore.SqliteCheckpointer(f"postgresql://app:{SECRET}@host/db"),
+        lambda: tenxstore.PgCheckpointer(
+            postgres_dsn=f"postgresql://app:{SECRET}@127.0.0.1:5x/db", redis_url="redis://h"
+        ),
+        lambda: tenxstore.SqliteCheckpointer(
+            "x.db", redis_url=f"redis://:{SECRET}@localhost:63x9/0"
+        ),
+        lambda: tenxstore.CachedCheckpointer(
+            tenxstore.InMemoryCheckpointer(), redis_url=f"redis://u:{SECRET}@[::1/0"
+        ),
+        lambda: tenxstore.CachedCheckpointer(
+            tenxstore.InMemoryCheckpointer(), redis_url=f"rediss//:{SECRET}@host/0"
+        ),
+    ],
+)
+def test_presets_and_redis_urls_never_show_a_password(make: Any) -> None:
+    with pytest.raises(ConfigError) as refused:
+        make()
+    assert SECRET not in str(refused.value)
+
+
+def test_masked_url() -> None:
+    for url, shown in (
+        (f"postgresql://u:{SECRET}@h/db", "postgresql://u:***@h/db"),
+        (f"postgresql://u:p@{SECRET}@h/db", "postgresql://u:***@h/db"),  # "@" unescaped
+        (f"rediss//:{SECRET}@h/0", "rediss//:***@h/0"),  # no "://"
+        (f"postgresql://h/db?password={SECRET}&sslmode=require", None),
+        (
+            "postgresql://u@h:5432/db?application_name=a@b",
+            "postgresql://u@h:5432/db?application_name=a@b",
+        ),
+        ("sqlite:///tmp/x.db", "sqlite:///tmp/x.db"),
+    ):
+        masked = masked_url(url)
+        assert SECRET not in masked
+        if shown is not None:
+            assert masked == shown
+
+
+async def _setting(repo: CheckpointRepository, name: str) -> str:
+    async with repo.engine.connect() as conn:
+        value: str = (await conn.execute(text(f"SHOW {name}"))).scalar_one()
+    return value
+
+
+async def test_libpq_options_reach_asyncpg(pg_url: str, pg_schema: str) -> None:
+    """psql's URL options work: TLS off as asked, an application name, server settings
+    through ``options``, a connect timeout — and the store works through them."""
+    url = (
+        f"{pg_url}?sslmode=disable&application_name=tenx-worker&connect_timeout=5"
+        "&options=-c%20statement_timeout%3D4500%20-c%20search_path%3Delsewhere"
+    )
+    async with CheckpointRepository(url, schema=pg_schema) as repo:
+        await repo.asetup()
+        await repo.aput_state(cfg(), {"ok": True})
+        assert await repo.aget_state(cfg()) == {"ok": True}
+        assert await _setting(repo, "application_name") == "tenx-worker"
+        assert await _setting(repo, "statement_timeout") == "4500ms"
+        assert await _setting(repo, "search_path") == "elsewhere"
+        assert await _setting(repo, "ssl") in ("off", "on")  # the server's, not an error
+
+
+async def test_tls_required_of_a_server_without_it_is_our_error(pg_url: str) -> None:
+    """``sslmode=require`` against a server that speaks no TLS: a TenxStoreError at the
+    first call (the connection cannot be opened), never a raw TypeError."""
+    async with CheckpointRepository(f"{pg_url}?sslmode=require") as repo:
+        with pytest.raises(tenxstore.TenxStoreError):
+            await repo.astore_id()
+
+
+async def test_a_mismatch_names_arguments_by_digest(cp: CheckpointRepository) -> None:
+    await cp.abegin_tool_execution(cfg(), "call", "charge", {"card": "4111-1111", "cvv": "123"})
+    with pytest.raises(ToolExecutionMismatch) as other:
+        await cp.abegin_tool_execution(cfg(), "call", "charge", {"card": "4111-1111", "cvv": "999"})
+    message = str(other.value)
+    assert "4111" not in message and "cvv" not in message and "123" not in message
+    assert message.count("sha256:") == 2 and "'charge'" in message and "'call'" in message
