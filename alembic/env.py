@@ -18,8 +18,9 @@ from sqlalchemy.engine import Connection
 from alembic import context
 from tenxstore.backends import async_url, open_backend
 from tenxstore.backends.mysql import is_mysql, resumable
+from tenxstore.migrate import refuse_foreign_tables
 from tenxstore.models import Base
-from tenxstore.validate import check_id_type
+from tenxstore.validate import check_id_type, check_schema_name
 
 config = context.config
 target_metadata = Base.metadata
@@ -35,7 +36,7 @@ def _setting(key: str, env: str | None = None) -> Any:
     return os.environ.get(env) if env else None
 
 
-schema: str | None = _setting("schema", "TENXSTORE_SCHEMA") or None
+schema = check_schema_name(_setting("schema", "TENXSTORE_SCHEMA") or None)
 config.attributes["id_type"] = check_id_type("id_type", _setting("id_type") or "string")
 config.attributes["user_id_type"] = check_id_type(
     "user_id_type", _setting("user_id_type") or "string"
@@ -66,15 +67,21 @@ def _lock_and_place(connection: Connection) -> None:
     )
     if schema:
         quoted = connection.dialect.identifier_preparer.quote_schema(schema)
-        connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {quoted}"))
-        connection.execute(text(f"SET LOCAL search_path TO {quoted}"))
+        # Sent as written: text() would take a ':name' inside the quoted name for a
+        # bind parameter.
+        connection.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+        connection.exec_driver_sql(f"SET LOCAL search_path TO {quoted}")
 
 
 def _include_name(name: str | None, type_: str, _parents: Any) -> bool:
     """Leave Alembic's own table out of autogenerate, wherever the search path finds it,
-    and MySQL's index on the AUTO_INCREMENT incarnation (which InnoDB requires; no model
-    index of other databases)."""
-    if type_ == "index" and name == "ix_threads_incarnation":
+    MySQL's index on the AUTO_INCREMENT incarnation (which InnoDB requires; no model
+    index of other databases), and the memories' full-text index of each database
+    (migration 0010: a GIN expression index, a FULLTEXT index, SQLite's FTS5 table and
+    its shadow tables), which the models do not declare."""
+    if type_ == "index" and name in ("ix_threads_incarnation", "ix_memories_terms"):
+        return False
+    if type_ == "table" and name is not None and name.startswith("memories_fts"):
         return False
     return not (type_ == "table" and name == "alembic_version")
 
@@ -91,6 +98,9 @@ def do_run_migrations(connection: Connection) -> None:
     )
     if is_mysql(connection):
         resumable(context.get_context().impl)  # DDL commits as it goes: resume, not fail
+    if config.attributes.get("connection") is None:
+        # Run from the command line: the same refusal as asetup() (which checked already).
+        refuse_foreign_tables(connection, schema)
     with context.begin_transaction():
         _lock_and_place(connection)
         context.run_migrations()

@@ -48,26 +48,37 @@ class TimedKeyRing(tenxstore.KeyRing):
 
     samples: list[float] = []  # noqa: RUF012  (one list for the process, on purpose)
 
-    def open_json(self, text: str, thread_id: Any, column: str) -> str | bytes:
+    def open_json(
+        self, text: str, thread_id: Any, column: str, life: tenxstore.Life | None = None
+    ) -> str | bytes:
         t0 = time.perf_counter()
         try:
-            return super().open_json(text, thread_id, column)
+            return super().open_json(text, thread_id, column, life)
         finally:
             TimedKeyRing.samples.append(time.perf_counter() - t0)
 
 
 KEY = bytes(range(32))
 KEYS = TimedKeyRing([("bench", KEY)])
-_HEAD = "!tx1:bench:"
+_HEAD = "!tx2:bench:"
 _AAD = b"tenxstore\x00" + _HEAD.encode() + b"\x00states.state_data\x00"
 
 
-def open_floor(text: str, thread_id: str, cipher: AESGCM) -> Any:
-    """A stored state opened with nothing but the libraries: base64, AES-GCM, orjson."""
+def life_tag(incarnation: int, owner: str) -> bytes:
+    """The thread's life as a tx2 envelope's associated data names it (see
+    ``tenxstore.crypto._life_tag``): the incarnation, the owner length-prefixed."""
+    named = b"=" + owner.encode()
+    return b"%d\x00%d:%s\x00" % (incarnation, len(named), named)
+
+
+def open_floor(text: str, aad: bytes, cipher: AESGCM) -> Any:
+    """A stored state opened with nothing but the libraries: base64, AES-GCM, orjson
+    (``aad``: the associated data, the thread's life and id with it, known already:
+    tenxstore reads the life in the same row as the state, at no cost of a round trip)."""
     if not text.startswith("!"):
         return orjson.loads(text)
     raw = memoryview(pybase64.b64decode(text[len(_HEAD) :], validate=True))
-    return orjson.loads(cipher.decrypt(raw[:12], raw[12:], _AAD + thread_id.encode()))
+    return orjson.loads(cipher.decrypt(raw[:12], raw[12:], aad))
 
 
 class FloorReader:
@@ -81,6 +92,7 @@ class FloorReader:
         self.pg: Any = None
         self.lite: sqlite3.Connection | None = None
         self.cipher = AESGCM(KEY)
+        self.aad: bytes | None = None  # known once the thread exists (its life is fixed)
 
     async def start(self) -> FloorReader:
         if self.schema is not None:
@@ -96,12 +108,15 @@ class FloorReader:
         row = self.lite.execute(self.SQL.format("", "?"), (thread_id,)).fetchone()
         return str(row[0])
 
-    async def read(self, thread_id: str) -> Any:
+    async def read(self, thread_id: str, incarnation: int | None) -> Any:
         if self.pg is not None:
             text = await self.stmt.fetchval(thread_id)
         else:
             text = await asyncio.to_thread(self._lite_read, thread_id)
-        return open_floor(text, thread_id, self.cipher)
+        if self.aad is None:
+            assert incarnation is not None
+            self.aad = _AAD + life_tag(incarnation, "u") + thread_id.encode()
+        return open_floor(text, self.aad, self.cipher)
 
     async def close(self) -> None:
         if self.pg is not None:
@@ -148,7 +163,8 @@ async def one_run(url: str, schema: str | None, turns: int, seed: int) -> dict[s
                 await cp.aput_checkpoint(config, state, [dict(m) for m in messages])
                 t2 = time.perf_counter()
                 cpu[mode] += time.process_time() - c0
-                assert await floors[mode].read("bench") == state
+                life = config.get("_checkpoint_incarnation")
+                assert await floors[mode].read("bench", life) == state
                 t3 = time.perf_counter()
                 if turn >= 10:  # warmed up
                     times[mode]["read"].append((t1 - t0) * 1e6)

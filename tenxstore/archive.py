@@ -1,9 +1,10 @@
 """Threads as JSON Lines, and copying them between databases.
 
-One line holds one whole thread (``"format": "tenxstore.thread/2"``): its record,
-retained states, messages with their times, tool ledger, and LangGraph checkpoints
-and writes (their serialized values in base64). Files of format 1 (without LangGraph
-data) are read too. Lines are written by
+A line holds one memory (``"format": "tenxstore.memory/1"``, see
+:mod:`tenxstore.memory.archive`) or one whole thread (``"format":
+"tenxstore.thread/2"``): its record, retained states, messages with their times, tool
+ledger, and LangGraph checkpoints and writes (their serialized values in base64).
+Files of format 1 (without LangGraph data) are read too. Lines are written by
 :func:`tenxstore.serde.encode`, so every value round-trips exactly (a line that holds
 a huge integer or a NaN starts with a space, which JSON readers ignore).
 
@@ -29,14 +30,21 @@ import msgspec
 import msgspec.structs
 
 from .crypto import EXPORT, KeyRing, sealed_key_id
-from .errors import ConfigError, ImportConflict, SerializationError, TenxStoreError
-from .exports import import_rows
+from .errors import ConfigError, ImportConflict, TenxStoreError
+from .langgraph_values import AllowedTypes, allowed_set
+from .memory.archive import (
+    MemoryExport,
+    export_memories,
+    import_memories,
+    is_memory_line,
+    memory_from_json,
+    memory_to_json,
+)
 from .protocol import Checkpointer
 from .serde import decode, encode
 from .statements import load
 from .types import (
     AuthPolicy,
-    ImportOutcome,
     LangGraphBlob,
     LangGraphCheckpoint,
     LangGraphWrite,
@@ -51,12 +59,14 @@ from .types import (
 __all__ = [
     "FORMAT",
     "OPERATOR",
+    "copy_memories",
     "copy_threads",
     "export_from_json",
     "export_threads",
     "export_to_json",
     "import_file",
     "read_exports",
+    "read_memories",
     "write_exports",
 ]
 
@@ -280,19 +290,33 @@ def _ring(store: Checkpointer) -> KeyRing | None:
     return keys if isinstance(keys, KeyRing) else None
 
 
+def _memory_binding(identity: tuple[Any, tuple[str, ...], str]) -> str:
+    """What a sealed memory line is bound to: its owner, namespace and key."""
+    user_id, namespace, key = identity
+    return encode([user_id, list(namespace), key])
+
+
 async def write_exports(
     store: Checkpointer,
     out: TextIO,
     thread_ids: Iterable[Any] | None = None,
     *,
     sealed: bool = False,
+    user_id: Any = None,
+    memories: bool | None = None,
 ) -> int:
-    """Write threads (all of them when ``thread_ids`` is None) to ``out``; their count.
+    """Write threads (all of them when ``thread_ids`` is None; ``user_id``'s, when
+    given) and memories to ``out``; the count of lines.
 
     With ``sealed`` each line is kept encrypted: ``{"thread_id": ..., "sealed":
     envelope}``, the thread's export sealed under the store's current key and bound to
-    its thread id (which stays clear, as in the database); :func:`read_exports` opens
-    it with a key ring that holds that key.
+    its thread id (which stays clear, as in the database), and ``{"memory": [owner,
+    namespace, key], "sealed": envelope}``; :func:`read_exports` opens it with a key
+    ring that holds that key.
+
+    Args:
+        memories: Write the memories too (``user_id``'s, or every user's); None: when
+            no ``thread_ids`` are named.
 
     Raises:
         ConfigError: ``sealed`` on a store without a key ring.
@@ -300,14 +324,34 @@ async def write_exports(
     keys = _ring(store)
     if sealed and keys is None:
         raise ConfigError("a sealed export needs the store's key ring (keys=, or TENXSTORE_KEYS)")
+    if user_id is not None and thread_ids is None:
+        scope = {"user_id": user_id, "auth_policy": AuthPolicy(enforce_user_isolation=True)}
+        thread_ids = [t.thread_id for t in await store.alist_threads(scope, limit=None)]
     count = 0
     async for export in _exports(store, thread_ids):
         line = encode(export_to_json(export), "export")
         if sealed and keys is not None:
             thread_id = export.thread.thread_id
-            line = encode({"thread_id": thread_id, "sealed": keys.seal(line, thread_id, EXPORT)})
+            sealed_line = keys.seal(line, thread_id, EXPORT, None)  # no life: it travels
+            line = encode({"thread_id": thread_id, "sealed": sealed_line})
         out.write(line + "\n")
         count += 1
+    if memories or (memories is None and (thread_ids is None or user_id is not None)):
+        from .memory.store import MemoryStore
+
+        async for memory in export_memories(MemoryStore(store), user_id):
+            line = encode(memory_to_json(memory), "export")
+            if sealed and keys is not None:
+                bound = _memory_binding(memory.identity)
+                user, namespace, key = memory.identity
+                line = encode(
+                    {
+                        "memory": [user, list(namespace), key],
+                        "sealed": keys.seal(line, bound, EXPORT, None),
+                    }
+                )
+            out.write(line + "\n")
+            count += 1
     return count
 
 
@@ -317,6 +361,8 @@ async def export_threads(
     thread_ids: Iterable[Any] | None = None,
     *,
     sealed: bool = False,
+    user_id: Any = None,
+    memories: bool | None = None,
 ) -> int:
     """Write threads (all of them when ``thread_ids`` is None) to ``path``; their count
     (``sealed``: as :func:`write_exports`).
@@ -327,7 +373,9 @@ async def export_threads(
     partial = path.with_name(f".{path.name}.partial")
     try:
         with partial.open("w", encoding="utf-8") as out:
-            count = await write_exports(store, out, thread_ids, sealed=sealed)
+            count = await write_exports(
+                store, out, thread_ids, sealed=sealed, user_id=user_id, memories=memories
+            )
         partial.replace(path)
     finally:
         partial.unlink(missing_ok=True)
@@ -336,13 +384,40 @@ async def export_threads(
 
 def read_exports(path: Path, keys: KeyRing | None = None) -> Iterator[tuple[int, ThreadExport]]:
     """The threads of a JSON Lines file with their line numbers, each line decoded and
-    typed (a sealed line opened with ``keys``); an error names the line.
+    typed (a sealed line opened with ``keys``); an error names the line. Memory lines
+    are passed over (:func:`read_memories` reads them).
 
     Raises:
         ConfigError: A line is malformed, or sealed and no key ring is given.
         DecryptionError: A sealed line does not open (another key ring, tampered, or
             moved to another thread id).
     """
+    for number, data in _lines(path, keys):
+        if is_memory_line(data):
+            continue
+        try:
+            yield number, export_from_json(data)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}:{number}: {exc}") from None
+
+
+def read_memories(path: Path, keys: KeyRing | None = None) -> Iterator[tuple[int, MemoryExport]]:
+    """The memories of a JSON Lines file with their line numbers (threads passed over).
+
+    Raises:
+        As :func:`read_exports`.
+    """
+    for number, data in _lines(path, keys):
+        if not is_memory_line(data):
+            continue
+        try:
+            yield number, memory_from_json(data)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}:{number}: {exc}") from None
+
+
+def _lines(path: Path, keys: KeyRing | None) -> Iterator[tuple[int, Any]]:
+    """Each line of an export file decoded (a sealed line opened with ``keys``)."""
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -351,7 +426,12 @@ def read_exports(path: Path, keys: KeyRing | None = None) -> Iterator[tuple[int,
                 data = decode(line)
             except ValueError as exc:
                 raise ConfigError(f"{path}:{number}: not JSON ({exc})") from None
+            sealed_as = None
             if isinstance(data, dict) and set(data) == {"thread_id", "sealed"}:
+                sealed_as = data["thread_id"]
+            elif isinstance(data, dict) and set(data) == {"memory", "sealed"}:
+                sealed_as = encode(data["memory"])
+            if sealed_as is not None:
                 if keys is None:
                     raise ConfigError(
                         f"{path}:{number}: the line is sealed: open it with the key ring it "
@@ -360,13 +440,12 @@ def read_exports(path: Path, keys: KeyRing | None = None) -> Iterator[tuple[int,
                 if not isinstance(data["sealed"], str) or sealed_key_id(data["sealed"]) is None:
                     raise ConfigError(f"{path}:{number}: 'sealed' is not an envelope")
                 try:
-                    data = load(keys, data["sealed"], data["thread_id"], EXPORT)
+                    # bound to its thread id (a memory's: its identity), not to a life:
+                    # it is opened here and sealed again for the life its import makes
+                    data = load(keys, data["sealed"], sealed_as, EXPORT, None)
                 except ValueError as exc:
                     raise ConfigError(f"{path}:{number}: not JSON ({exc})") from None
-            try:
-                yield number, export_from_json(data)
-            except ConfigError as exc:
-                raise ConfigError(f"{path}:{number}: {exc}") from None
+            yield number, data
 
 
 async def import_file(
@@ -374,45 +453,52 @@ async def import_file(
     path: Path,
     on_conflict: OnConflict = "fail",
     progress: Callable[[str], None] | None = None,
+    *,
+    allowed_types: AllowedTypes = (),
 ) -> collections.Counter[str]:
     """Import every thread of ``path`` in one transaction; the outcomes counted.
 
-    Every line is read and checked (its shape, then every field as the store will
-    write it) before anything is written; an error anywhere — a conflict found while
-    writing included — writes nothing, and the error names the line.
+    The file is read twice, a line at a time: first every line is checked (its shape,
+    then every field as the store will write it, LangGraph values against the strict
+    serde's types and ``allowed_types``), then the threads are written — so memory is
+    bounded by the largest thread, not the file. An error anywhere — a conflict found
+    while writing included — writes nothing, and the error names the line.
 
     Raises:
         ConfigError: A line is malformed, or names a thread another line names too.
-        SerializationError: A value cannot be stored.
+        SerializationError: A value cannot be stored, or a LangGraph value names a
+            type the strict serde refuses.
         ImportConflict: A thread exists with other content (``on_conflict="fail"``).
     """
-    numbered = list(read_exports(path, _ring(store)))
-    lines: dict[Any, int] = {}
-    for number, export in numbered:
-        try:
-            rows = import_rows(export, store.id_type, store.user_id_type)
-        except (ConfigError, SerializationError) as exc:
-            raise type(exc)(f"{path}:{number}: {exc}") from None
-        thread_id = rows["thread"]["thread_id"]
-        if thread_id in lines:
-            raise ConfigError(
-                f"{path}:{number}: thread {thread_id!r} is also on line {lines[thread_id]}"
-            )
-        lines[thread_id] = number
+    keys = _ring(store)
+
+    def lines() -> Iterator[tuple[str | None, ThreadExport]]:
+        for number, export in read_exports(path, keys):
+            yield f"{path}:{number}", export
+
+    memories = [(f"{path}:{number}", m) for number, m in read_memories(path, keys)]
     try:
-        outcomes: list[ImportOutcome] = await store.aimport_threads(
-            [export for _, export in numbered], on_conflict=on_conflict
+        done = await store.aimport_stream(
+            lines, on_conflict=on_conflict, allowed_types=allowed_types
         )
     except ImportConflict as exc:
-        where = lines.get(exc.thread_id)
-        raise ImportConflict(
-            f"{path}:{where}: {exc}; nothing was imported", exc.thread_id
-        ) from None
+        raise ImportConflict(f"{exc}; nothing was imported", exc.thread_id) from None
     counted: collections.Counter[str] = collections.Counter()
-    for outcome in outcomes:
-        counted[outcome] += 1
+    for imported in done:
+        counted[imported.outcome] += 1
         if progress:
-            progress(outcome)
+            progress(imported.outcome)
+    if memories:
+        from .memory.store import MemoryStore
+
+        try:
+            outcomes = await import_memories(MemoryStore(store), memories, on_conflict=on_conflict)
+        except ImportConflict as exc:
+            raise ImportConflict(
+                f"{exc}; the file's threads were imported, none of its memories"
+            ) from None
+        for outcome, n in outcomes.items():
+            counted[f"memories {outcome}"] += n
     return counted
 
 
@@ -421,17 +507,25 @@ async def copy_threads(
     destination: Checkpointer,
     on_conflict: OnConflict = "fail",
     progress: Callable[[str], None] | None = None,
+    *,
+    allowed_types: AllowedTypes = (),
 ) -> collections.Counter[str]:
     """Copy every thread of ``source`` into ``destination`` and verify each one.
 
     Resumable: a thread copied by an earlier, interrupted run imports as unchanged.
+    LangGraph values are checked as an import checks them (``allowed_types``).
 
     Raises:
         TenxStoreError: A copied thread does not read back identical.
+        SerializationError: A LangGraph value names a type the strict serde refuses
+            (the threads before it are copied; that one is not).
     """
+    allowed = allowed_set(allowed_types)
     outcomes: collections.Counter[str] = collections.Counter()
     async for export in _exports(source, None):
-        outcome = await destination.aimport_thread(export, on_conflict=on_conflict)
+        outcome = await destination.aimport_thread(
+            export, on_conflict=on_conflict, allowed_types=allowed
+        )
         outcomes[outcome] += 1
         if outcome != "skipped":
             copied = await destination.aexport_thread(
@@ -439,6 +533,37 @@ async def copy_threads(
             )
             if copied is None or export_to_json(copied) != export_to_json(export):
                 raise TenxStoreError(f"thread {export.thread.thread_id!r} differs after copying")
+        if progress:
+            progress(outcome)
+    return outcomes
+
+
+async def copy_memories(
+    source: Checkpointer,
+    destination: Checkpointer,
+    on_conflict: OnConflict = "fail",
+    progress: Callable[[str], None] | None = None,
+) -> collections.Counter[str]:
+    """Copy every memory of ``source`` (with its retained versions) into
+    ``destination``, each in its own transaction, and verify each one; resumable (a
+    memory copied before imports as unchanged).
+
+    Raises:
+        TenxStoreError: A copied memory does not read back identical.
+    """
+    from .memory.store import MemoryStore
+
+    src, dst = MemoryStore(source), MemoryStore(destination)
+    outcomes: collections.Counter[str] = collections.Counter()
+    async for memory in export_memories(src):
+        done = await import_memories(dst, [(None, memory)], on_conflict=on_conflict)
+        outcome = next(iter(done))
+        outcomes[outcome] += 1
+        if outcome != "skipped":
+            user_id, namespace, key = memory.identity
+            copied = await dst.ahistory(user_id, key, namespace=namespace)
+            if [memory_to_json(MemoryExport(tuple(copied)))] != [memory_to_json(memory)]:
+                raise TenxStoreError(f"memory {key!r} of user {user_id!r} differs after copying")
         if progress:
             progress(outcome)
     return outcomes

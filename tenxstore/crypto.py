@@ -1,14 +1,21 @@
 """Encryption at rest: AES-256-GCM under a key ring (the ``crypto`` extra).
 
-A :class:`KeyRing` holds named 256-bit keys; the first encrypts, every one decrypts.
-Give it in code (``CheckpointRepository(..., keys=KeyRing(...))``) or by environment:
-``TENXSTORE_KEYS="k2:<base64 key>,k1:<base64 key>"`` (read when ``keys`` is not given).
+A :class:`KeyRing` holds named 256-bit keys; one seals (the first, or the one named by
+``sealing=``), every one opens. Give it in code
+(``CheckpointRepository(..., keys=KeyRing(...))``) or by environment:
+``TENXSTORE_KEYS="k1:<base64 key>,k2:<base64 key>"`` and, optionally,
+``TENXSTORE_SEALING_KEY=k2`` (read when ``keys`` is not given). A key that opens but
+does not seal yet is what a rolling key rotation needs: every instance can open what
+any other seals before any of them seals under the new key (docs/encryption.md).
 
 A stored value is *sealed* into an envelope that records its format version, the key
 id and the nonce. The payload columns hold JSON text written by :mod:`tenxstore.serde`,
 so the text envelope is text too::
 
-    !tx1:<key id>:<base64 of nonce (12 bytes) + ciphertext + tag (16 bytes)>
+    !tx2:<key id>:<base64 of nonce (12 bytes) + ciphertext + tag (16 bytes)>
+
+(``!tx1:`` is the format before ``tx2``: it still opens, and ``rotate-keys`` seals it
+again as ``tx2``.)
 
 Telling an envelope from a plaintext value is exact, not a guess: every payload text
 tenxstore writes is :func:`tenxstore.serde.encode` output, which is either orjson's
@@ -18,11 +25,15 @@ so a value that begins with ``!`` is an envelope and anything else is a plaintex
 written before encryption was turned on (read as it is).
 
 The associated data of every envelope binds it to its place: the envelope's header,
-the column it belongs to (``states.state_data``, ``messages.payload``, ``cache``...)
-and the thread id. A ciphertext copied into another thread or another column, a
-tampered byte, or a key that is not the one that sealed it fails to open with
+the column it belongs to (``states.state_data``, ``messages.payload``, ``cache``...),
+the thread's life — its incarnation and its owner (:class:`Life`) — and the thread id.
+A ciphertext copied into another thread, another column, another life of the thread
+(deleted and created again, or replaced by an import) or a thread row given to another
+owner, a tampered byte, or a key that is not the one that sealed it fails to open with
 :class:`~tenxstore.errors.DecryptionError` naming the thread, the column and the key
-id — never garbage, never the ciphertext passed off as plaintext.
+id — never garbage, never the ciphertext passed off as plaintext. A ``tx1`` envelope's
+associated data names no life (the format it was sealed in): it opens in any life of
+its thread, which is why ``rotate-keys`` seals it again.
 """
 
 from __future__ import annotations
@@ -32,7 +43,7 @@ import binascii
 import os
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import ConfigError, DecryptionError, SerializationError
 
@@ -56,10 +67,14 @@ except ImportError:  # pragma: no cover - the same output, slower
 
 __all__ = [
     "ENV",
+    "ENVELOPE_ENV",
     "REQUIRE_ENV",
+    "SEALING_ENV",
     "KeyRing",
+    "Life",
     "check_type",
     "is_sealed",
+    "life_of",
     "open_json",
     "open_text",
     "open_typed",
@@ -70,6 +85,12 @@ ENV = "TENXSTORE_KEYS"
 """The environment variable read when no key ring is given in code."""
 REQUIRE_ENV = "TENXSTORE_REQUIRE_SEALED"
 """The environment variable that turns on :attr:`KeyRing.require_sealed` (``1``/``0``)."""
+ENVELOPE_ENV = "TENXSTORE_ENVELOPE"
+"""The environment variable naming the envelope format a ring seals in (``tx2``, the
+default; ``tx1`` while a deployment is upgraded, see :class:`KeyRing`)."""
+SEALING_ENV = "TENXSTORE_SEALING_KEY"
+"""The environment variable naming the key that seals (:attr:`KeyRing.current`); unset
+or empty: the first key of ``TENXSTORE_KEYS``."""
 MAX_TYPE = 64
 """Characters of a LangGraph value's type column; a sealed type takes one more (``!``)."""
 # The columns an envelope is bound to (its associated data names one of them).
@@ -86,29 +107,79 @@ CHECKPOINT = "lg_checkpoints.checkpoint"
 WRITE = "lg_writes.value"
 BLOB = "lg_blobs.blob"
 EXPORT = "export"  # a sealed line of an export file (tenxstore export --sealed)
+# A memory's values (current and past versions alike), bound to the memory's uid.
+MEMORY_CONTENT = "memories.content"
+MEMORY_METADATA = "memories.metadata"
 # The columns whose associated-data prefix a ring keeps (a cache entry's "column" names
 # its version and key too: one of its own per entry, never kept).
-_KEPT_PREFIXES = frozenset((STATE, META, MESSAGE, ARGS, RESULT, ERROR, NAME, METADATA, EXPORT))
+_KEPT_PREFIXES = frozenset(
+    (
+        STATE,
+        META,
+        MESSAGE,
+        ARGS,
+        RESULT,
+        ERROR,
+        NAME,
+        METADATA,
+        EXPORT,
+        MEMORY_CONTENT,
+        MEMORY_METADATA,
+    )
+)
 _MARK = "!"
-_VERSION = "tx1"
+_VERSION = "tx2"  # what is sealed: the associated data names the thread's life
+_OLD_VERSION = "tx1"  # before tx2: opened (its associated data names no life), not sealed
 _HEAD = f"{_MARK}{_VERSION}:"
+_OLD_HEAD = f"{_MARK}{_OLD_VERSION}:"
 _BYTES_HEAD = _VERSION.encode()
+_OLD_BYTES_HEAD = _OLD_VERSION.encode()
+_HEAD_SIZE = len(_HEAD)  # both formats' heads are as long: one slice tells them apart
 _KEY_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _NONCE = 12
 _TAG = 16
 _KEY_BYTES = 32
 
 
+class Life(NamedTuple):
+    """Which life of a thread a value is sealed for: the thread row's ``incarnation``
+    (a new one each time the thread id is created again: after a delete, or when an
+    import replaces it) and its ``owner`` — the row's ``user_id``, exactly as stored
+    (None: a thread of no user, under ``enforce_user_isolation=False``)."""
+
+    incarnation: int
+    owner: Any
+
+
+def life_of(row: Any) -> Life:
+    """The life of the thread a row read with ``threads.incarnation`` and
+    ``threads.user_id`` belongs to."""
+    return Life(row.incarnation, row.user_id)
+
+
 def text_head(key_id: str) -> str:
-    """What a text envelope sealed under ``key_id`` begins with (``!tx1:<key id>:``):
-    rotation and key counts compare stored values to it in SQL."""
+    """What a text envelope sealed under ``key_id`` now begins with (``!tx2:<key
+    id>:``): rotation compares stored values to it in SQL (a ``tx1`` one is sealed
+    again)."""
     return f"{_HEAD}{key_id}:"
 
 
+def text_heads(key_id: str) -> tuple[str, str]:
+    """What a text envelope under ``key_id`` begins with, in either format (``tx2``,
+    ``tx1``): the key counts compare stored values to both."""
+    return f"{_HEAD}{key_id}:", f"{_OLD_HEAD}{key_id}:"
+
+
 def bytes_head(key_id: str) -> bytes:
-    """What a LangGraph value's bytes sealed under ``key_id`` begin with (``tx1``, the
-    key id's length, the key id)."""
+    """What a LangGraph value's bytes sealed under ``key_id`` now begin with (``tx2``,
+    the key id's length, the key id)."""
     return _BYTES_HEAD + bytes([len(key_id)]) + key_id.encode()
+
+
+def bytes_heads(key_id: str) -> tuple[bytes, bytes]:
+    """:func:`bytes_head` in either format (``tx2``, ``tx1``)."""
+    tail = bytes([len(key_id)]) + key_id.encode()
+    return _BYTES_HEAD + tail, _OLD_BYTES_HEAD + tail
 
 
 def is_sealed(text: str) -> bool:
@@ -116,31 +187,65 @@ def is_sealed(text: str) -> bool:
     return text[:1] == _MARK
 
 
-def sealed_key_id(text: str) -> str | None:
-    """The key id an envelope names; None for plaintext, or for an envelope too damaged
-    to name one — what stands where a key id should is not a key id's characters (it is
-    then never repeated in an error or a report: it may be a stored value's text)."""
-    if not text.startswith(_HEAD):
+def _text_envelope(text: str) -> tuple[str, str] | None:
+    """(format version, key id) of a text envelope, or None when it is too damaged to
+    name a key (see :func:`sealed_key_id`)."""
+    head = text[:_HEAD_SIZE]
+    if head != _HEAD and head != _OLD_HEAD:
         return None
-    end = text.find(":", len(_HEAD), len(_HEAD) + 65)
-    key_id = text[len(_HEAD) : end] if end > 0 else ""
-    return key_id if _KEY_ID.fullmatch(key_id) else None
+    end = text.find(":", _HEAD_SIZE, _HEAD_SIZE + 65)
+    key_id = text[_HEAD_SIZE:end] if end > 0 else ""
+    return (head[1:-1], key_id) if _KEY_ID.fullmatch(key_id) else None
+
+
+def sealed_key_id(text: str) -> str | None:
+    """The key id an envelope (of either format) names; None for plaintext, or for an
+    envelope too damaged to name one — what stands where a key id should is not a key
+    id's characters (it is then never repeated in an error or a report: it may be a
+    stored value's text)."""
+    found = _text_envelope(text)
+    return None if found is None else found[1]
+
+
+def sealed_version(text: str) -> str | None:
+    """The format an envelope is in (``"tx2"``, or the older ``"tx1"``), or None (see
+    :func:`sealed_key_id`)."""
+    found = _text_envelope(text)
+    return None if found is None else found[0]
 
 
 def _thread_tag(thread_id: Any) -> bytes:
     return str(thread_id).encode("utf-8", "surrogatepass")
 
 
+_NO_LIFE = b"\x00"
+
+
+def _life_tag(life: Life | None) -> bytes:
+    """A ``tx2`` envelope's life in its associated data: the incarnation in decimal,
+    then the owner length-prefixed (``=`` and its text: an owner of any characters,
+    or none, splits back unambiguously), each ended by a NUL; or one NUL for a value
+    bound to no life (a sealed export line, which travels between stores)."""
+    if life is None:
+        return _NO_LIFE
+    incarnation, owner = life
+    if type(incarnation) is not int:  # not a bool, not a str of digits: a typed error
+        raise ConfigError(f"a Life's incarnation must be an int, not {type(incarnation).__name__}")
+    named = b"" if owner is None else b"=" + str(owner).encode("utf-8", "surrogatepass")
+    return b"%d\x00%d:%s\x00" % (incarnation, len(named), named)
+
+
 def _aad_prefix(head: str, column: str) -> bytes:
-    """The associated data of a text envelope but its thread id: the envelope's header
-    and the column (tenxstore's own names, no NUL); the thread id comes last, so the
-    joined bytes split back unambiguously."""
+    """The associated data of a text envelope before its life and thread id: the
+    envelope's header and the column (tenxstore's own names, no NUL); the thread id
+    comes last, so the joined bytes split back unambiguously."""
     return b"tenxstore\x00" + head.encode() + b"\x00" + column.encode() + b"\x00"
 
 
-def _typed_aad(head: bytes, kind: str, column: str, thread_id: Any) -> bytes:
-    """A LangGraph value's associated data: its envelope header, plain type, column and
-    thread id (last, as in :func:`_aad_prefix`)."""
+def _typed_aad(head: bytes, kind: str, column: str, thread_id: Any, life: Life | None) -> bytes:
+    """A LangGraph value's associated data: its envelope header, plain type, column,
+    life (``tx2`` only: a ``tx1`` value's names none) and thread id (last, as in
+    :func:`_aad_prefix`)."""
     return (
         b"tenxstore\x00"
         + head
@@ -149,6 +254,7 @@ def _typed_aad(head: bytes, kind: str, column: str, thread_id: Any) -> bytes:
         + b"\x00"
         + column.encode()
         + b"\x00"
+        + (b"" if head.startswith(_OLD_BYTES_HEAD) else _life_tag(life))
         + _thread_tag(thread_id)
     )
 
@@ -158,13 +264,19 @@ _SHOWN_ID = 32
 and one given where its id belongs (``base64key:id``) may fit the id's grammar."""
 
 
+def _shown(key_id: Any) -> str | None:
+    """A key id as an error may repeat it (quoted), or None when it could be a key."""
+    if isinstance(key_id, str) and _KEY_ID.fullmatch(key_id) and len(key_id) <= _SHOWN_ID:
+        return repr(key_id)
+    return None
+
+
 def _entry(place: int, total: int, key_id: Any) -> str:
     """A key ring entry as an error names it: its place, and its id when that cannot
     be a key (never what the entry holds)."""
     where = f"key ring entry {place} of {total}"
-    if isinstance(key_id, str) and _KEY_ID.fullmatch(key_id) and len(key_id) <= _SHOWN_ID:
-        return f"{where} ({key_id!r})"
-    return where
+    shown = _shown(key_id)
+    return f"{where} ({shown})" if shown else where
 
 
 def _decode_key(where: str, key: str | bytes) -> bytes:
@@ -181,24 +293,36 @@ def _decode_key(where: str, key: str | bytes) -> bytes:
 
 
 class KeyRing:
-    """Named AES-256 keys: the first seals, every one opens.
+    """Named AES-256 keys: one seals (the first, unless ``sealing`` names another),
+    every one opens.
 
     Args:
-        keys: ``(key_id, key)`` pairs (tuples or lists) or a mapping, in order, the
-            current key first.
+        keys: ``(key_id, key)`` pairs (tuples or lists) or a mapping.
             A key is 32 bytes, or their base64 text. Key ids are 1 to 64 characters of
             ``A-Z a-z 0-9 _ . -`` and unique, also ignoring case (``"k1"`` and ``"K1"``
             in one ring are refused: some databases compare text without case).
+        sealing: The id of the key that seals new values (exactly as in ``keys``);
+            None: the first. Every other key only opens: a key rotation adds the new
+            key everywhere first, and makes it the sealing key once every instance can
+            open what it seals (docs/encryption.md).
         require_sealed: Strict mode: a stored value that is not sealed (plaintext
             written before encryption was on, or plaintext substituted for a sealed
             value by someone who can write to the database or Redis) raises
             :class:`~tenxstore.errors.DecryptionError` when read (a cache entry is a
             miss), instead of being read as it is. Turn it on once ``rotate-keys`` has
             sealed every row.
+        envelope: The format new values are sealed in: ``"tx2"`` (the default: bound
+            to the thread's life, see :class:`Life`), or ``"tx1"``, the format of
+            releases before it, which they can open — only while a running deployment
+            is upgraded to this release, so that the instances not yet updated can
+            read what the updated ones write (docs/encryption.md). Both are opened
+            whatever this says.
 
     Raises:
-        ConfigError: No key, a bad id, a repeated id, a key that is not 32 bytes, or
-            the ``cryptography`` package is missing (``pip install 'tenxstore[crypto]'``).
+        ConfigError: No key, a bad id, a repeated id, a key that is not 32 bytes, a
+            ``sealing`` id that is not in the ring, an ``envelope`` that is not
+            ``"tx1"`` or ``"tx2"``, or the ``cryptography`` package is
+            missing (``pip install 'tenxstore[crypto]'``).
             It names the entry by its place and never shows what the entry holds (an id
             only when it cannot be a key: see :data:`_SHOWN_ID`).
     """
@@ -207,7 +331,9 @@ class KeyRing:
         self,
         keys: Mapping[str, str | bytes] | Iterable[tuple[str, str | bytes]],
         *,
+        sealing: str | None = None,
         require_sealed: bool = False,
+        envelope: str = _VERSION,
     ):
         try:
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -221,6 +347,12 @@ class KeyRing:
             raise ConfigError(f"require_sealed must be a bool, not {require_sealed!r}")
         self.require_sealed = require_sealed
         """Whether a value that is not sealed is refused when read (strict mode)."""
+        if envelope not in (_VERSION, _OLD_VERSION):
+            raise ConfigError(
+                f"envelope must be {_VERSION!r} or {_OLD_VERSION!r}, not {str(envelope)[:16]!r}"
+            )
+        self.envelope = envelope
+        """The format new values are sealed in (``"tx2"``; ``"tx1"`` during an upgrade)."""
         pairs = list(keys.items() if isinstance(keys, Mapping) else keys)
         if not pairs:
             raise ConfigError("a key ring needs at least one key")
@@ -257,20 +389,49 @@ class KeyRing:
             raw = _decode_key(where, key)
             self._ciphers[key_id] = AESGCM(raw)
             self._pairs.append((key_id, raw))
-        self._current: str = pairs[0][0]
-        self._head = text_head(self._current)
-        self._sealer = self._ciphers[self._current]
+        self._seal_under(pairs[0][0] if sealing is None else sealing, "sealing=")
         # (header, column) -> the associated data's bytes before the thread id: a read
         # joins one piece to it. Bounded: the headers of this ring's keys (a header is
         # looked up only once its key is found in the ring), the columns of _KEPT_PREFIXES.
         self._prefixes: dict[tuple[str, str], bytes] = {}
 
+    def _seal_under(self, sealing: object, what: str) -> None:
+        """Make ``sealing`` the key that seals: exactly an id of the ring (a database
+        may compare ids without case, but rotation and the key counts compare exactly,
+        so ``"K1"`` never stands for ``"k1"``)."""
+        if not isinstance(sealing, str):
+            raise ConfigError(f"{what} must be a key id (a str), not {type(sealing).__name__}")
+        if sealing not in self._ciphers:
+            # ids are named only when they cannot be keys: a key pasted where its id
+            # belongs is never repeated into a log
+            named = _shown(sealing) or "a key id (not shown)"
+            ids = ", ".join(shown for shown in map(_shown, self._ciphers) if shown)
+            like = [k for k in self._ciphers if k.lower() == sealing.lower()]
+            hint = f"; {_shown(like[0])} differs from it in case" if like else ""
+            raise ConfigError(
+                f"{what} names {named}, which is not a key of the ring ({ids or 'ids not shown'})"
+                f"{hint}: the sealing key must be in the ring, spelled exactly as there"
+            )
+        self._current: str = sealing
+        self._head = f"{_MARK}{self.envelope}:{sealing}:"
+        self._bytes_head = self.envelope.encode() + bytes([len(sealing)]) + sealing.encode()
+        self._bound = self.envelope == _VERSION  # whether what it seals names the life
+        self._sealer = self._ciphers[sealing]
+
     @classmethod
-    def parse(cls, text: str, *, require_sealed: bool = False) -> KeyRing:
-        """A key ring from ``"key_id:base64key,key_id:base64key"`` (the current first).
+    def parse(
+        cls,
+        text: str,
+        *,
+        sealing: str | None = None,
+        require_sealed: bool = False,
+        envelope: str = _VERSION,
+    ) -> KeyRing:
+        """A key ring from ``"key_id:base64key,key_id:base64key"`` (the first seals,
+        unless ``sealing`` names another).
 
         Raises:
-            ConfigError: Malformed text or keys.
+            ConfigError: Malformed text or keys, or ``sealing`` not in the ring.
         """
         if not isinstance(text, str):
             raise ConfigError(f"{ENV} must be a str, not {type(text).__name__}")
@@ -284,27 +445,43 @@ class KeyRing:
                     " ':'; not shown: it may be a key)"
                 )
             pairs.append((key_id, key))
-        return cls(pairs, require_sealed=require_sealed)
+        return cls(pairs, sealing=sealing, require_sealed=require_sealed, envelope=envelope)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> KeyRing | None:
         """The key ring ``TENXSTORE_KEYS`` gives, or None when it is unset or empty;
-        strict (:attr:`require_sealed`) when ``TENXSTORE_REQUIRE_SEALED`` is ``1``.
+        sealing under the key ``TENXSTORE_SEALING_KEY`` names (unset: the first);
+        strict (:attr:`require_sealed`) when ``TENXSTORE_REQUIRE_SEALED`` is ``1``;
+        sealing in the format ``TENXSTORE_ENVELOPE`` names (unset: ``tx2``).
 
         Raises:
-            ConfigError: Malformed keys, or ``TENXSTORE_REQUIRE_SEALED`` is not one of
-                ``1 true yes 0 false no`` (or empty).
+            ConfigError: Malformed keys, ``TENXSTORE_SEALING_KEY`` naming no key of
+                the ring (or set without ``TENXSTORE_KEYS``),
+                ``TENXSTORE_REQUIRE_SEALED`` not one of ``1 true yes 0 false no`` (or
+                empty), or ``TENXSTORE_ENVELOPE`` not ``tx1`` or ``tx2`` (or set
+                without ``TENXSTORE_KEYS``).
         """
         environ = os.environ if environ is None else environ
         text = environ.get(ENV, "").strip()
+        sealing = environ.get(SEALING_ENV, "").strip() or None
+        envelope = environ.get(ENVELOPE_ENV, "").strip() or None
         flag = environ.get(REQUIRE_ENV, "").strip().lower()
         if flag not in _FLAGS:
             raise ConfigError(f"{REQUIRE_ENV} must be 1 or 0 (true/false), not {flag[:16]!r}")
         if not text:
-            if _FLAGS[flag]:
-                raise ConfigError(f"{REQUIRE_ENV} is set, and {ENV} gives no key")
+            given_ones = ((REQUIRE_ENV, _FLAGS[flag]), (SEALING_ENV, sealing))
+            for name, given in (*given_ones, (ENVELOPE_ENV, envelope)):
+                if given:
+                    raise ConfigError(f"{name} is set, and {ENV} gives no key")
             return None
-        return cls.parse(text, require_sealed=_FLAGS[flag])
+        if envelope not in (None, _VERSION, _OLD_VERSION):
+            raise ConfigError(
+                f"{ENVELOPE_ENV} must be {_VERSION} or {_OLD_VERSION}, not {envelope[:16]!r}"
+            )
+        ring = cls.parse(text, require_sealed=_FLAGS[flag], envelope=envelope or _VERSION)
+        if sealing is not None:
+            ring._seal_under(sealing, f"{SEALING_ENV} (for {ENV})")
+        return ring
 
     @staticmethod
     def generate_key() -> str:
@@ -313,21 +490,33 @@ class KeyRing:
 
     @property
     def current(self) -> str:
-        """The id of the key that seals (the first; a ring's keys are fixed when it is
-        made: a new ring changes them)."""
+        """The id of the key that seals (``sealing``, or the first; a ring's keys are
+        fixed when it is made: a new ring changes them)."""
         return self._current
 
     @property
     def key_ids(self) -> tuple[str, ...]:
-        """Every key id, the current first."""
-        return tuple(self._ciphers)
+        """Every key id, the sealing key first, the others in the ring's order."""
+        return (self._current, *(k for k in self._ciphers if k != self._current))
+
+    @property
+    def head(self) -> str:
+        """What a text this ring seals now begins with (``!tx2:<sealing key id>:``):
+        rotation compares stored values to it in SQL."""
+        return self._head
+
+    @property
+    def bytes_head(self) -> bytes:
+        """What a LangGraph value's bytes this ring seals now begin with."""
+        return self._bytes_head
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_ring, (self._pairs, self.require_sealed))
+        return (_ring, (self._pairs, self.require_sealed, self._current, self.envelope))
 
     def __repr__(self) -> str:  # never the keys
         strict = ", require_sealed=True" if self.require_sealed else ""
-        return f"KeyRing(key_ids={self.key_ids!r}{strict})"
+        old = f", envelope={self.envelope!r}" if self.envelope != _VERSION else ""
+        return f"KeyRing(key_ids={self.key_ids!r}, sealing={self._current!r}{strict}{old})"
 
     def _plain(self, thread_id: Any, column: str) -> None:
         """A value that is not sealed, read: refused in strict mode."""
@@ -336,28 +525,45 @@ class KeyRing:
                 thread_id, column, None, "not encrypted, and the key ring requires sealed values"
             )
 
-    def seal(self, text: str, thread_id: Any, column: str) -> str:
-        """``text`` encrypted under the current key, bound to ``thread_id`` and ``column``."""
+    def seal(self, text: str, thread_id: Any, column: str, life: Life | None = None) -> str:
+        """``text`` encrypted under the current key (a ``tx2`` envelope), bound to
+        ``thread_id``, ``column`` and ``life``: the incarnation and owner of the thread
+        it is stored in (None: bound to no life, for a value that moves between stores
+        and lives, as a sealed export line does; it then opens only with no life). A
+        ring sealing ``tx1`` (:attr:`envelope`) binds no life."""
         nonce = os.urandom(_NONCE)
-        aad = self._prefix(self._head, column) + _thread_tag(thread_id)
+        bound = _life_tag(life) if self._bound else b""
+        aad = self._prefix(self._head, column) + bound + _thread_tag(thread_id)
         sealed = self._sealer.encrypt(nonce, text.encode("utf-8", "surrogatepass"), aad)
         return self._head + _b64encode(nonce + sealed)
 
-    def open(self, text: str, thread_id: Any, column: str) -> str:
+    def open(self, text: str, thread_id: Any, column: str, life: Life | None = None) -> str:
         """The plaintext of a stored text: an envelope opened, plaintext as it is
         (unless :attr:`require_sealed`).
 
+        Args:
+            text: The stored text.
+            thread_id: The thread it is stored in.
+            column: Its column (one of this module's constants).
+            life: The life of the thread it is stored in, read with it (a ``tx2``
+                envelope opens only in the life it was sealed for; a ``tx1`` one names
+                none, and opens in any).
+
         Raises:
             DecryptionError: The envelope is damaged, names a key not in the ring, or
-                does not authenticate (tampered, another key, another thread or column);
-                or the text is not sealed and the ring requires sealed values.
+                does not authenticate (tampered, another key, another thread, column,
+                life or owner); or the text is not sealed and the ring requires sealed
+                values.
         """
         if text[:1] != _MARK:
             self._plain(thread_id, column)
             return text
-        return self._open_envelope(text, thread_id, column).decode("utf-8", "surrogatepass")
+        plain = self._open_envelope(text, thread_id, column, life)
+        return plain.decode("utf-8", "surrogatepass")
 
-    def open_json(self, text: str, thread_id: Any, column: str) -> str | bytes:
+    def open_json(
+        self, text: str, thread_id: Any, column: str, life: Life | None = None
+    ) -> str | bytes:
         """:meth:`open` for text that goes straight to :func:`tenxstore.serde.decode`:
         an opened envelope stays UTF-8 bytes (orjson reads them as they are: no copy
         into a ``str`` on the read path); text the standard library wrote (which may
@@ -365,7 +571,7 @@ class KeyRing:
         if text[:1] != _MARK:
             self._plain(thread_id, column)
             return text
-        plain = self._open_envelope(text, thread_id, column)
+        plain = self._open_envelope(text, thread_id, column, life)
         return plain.decode("utf-8", "surrogatepass") if plain[:1] == b" " else plain
 
     def _prefix(self, head: str, column: str) -> bytes:
@@ -376,14 +582,15 @@ class KeyRing:
                 self._prefixes[(head, column)] = found
         return found
 
-    def _open_envelope(self, text: str, thread_id: Any, column: str) -> bytes:
-        if text.startswith(self._head):  # the current key's: most reads
-            key_id, head, cipher = self._current, self._head, self._sealer
+    def _open_envelope(self, text: str, thread_id: Any, column: str, life: Life | None) -> bytes:
+        if text.startswith(self._head):  # the current key's, in the ring's format: most reads
+            key_id, head, cipher, version = self._current, self._head, self._sealer, self.envelope
         else:
-            found = sealed_key_id(text)
+            found = _text_envelope(text)
             if found is None:
                 raise DecryptionError(thread_id, column, None, "not a tenxstore envelope")
-            key_id, head = found, text_head(found)
+            version, key_id = found
+            head = f"{_MARK}{version}:{key_id}:"
             cipher = self._ciphers.get(key_id)
             if cipher is None:
                 raise DecryptionError(thread_id, column, key_id, "that key is not in the key ring")
@@ -393,7 +600,9 @@ class KeyRing:
             raise DecryptionError(thread_id, column, key_id, "damaged envelope") from None
         if len(raw) < _NONCE + _TAG:
             raise DecryptionError(thread_id, column, key_id, "truncated envelope")
-        aad = self._prefix(head, column) + _thread_tag(thread_id)
+        # a tx1 envelope's associated data names no life: it was sealed before tx2
+        bound = b"" if version == _OLD_VERSION else _life_tag(life)
+        aad = self._prefix(head, column) + bound + _thread_tag(thread_id)
         try:  # views of the decoded bytes: the ciphertext is not copied again
             plain: bytes = cipher.decrypt(raw[:_NONCE], raw[_NONCE:], aad)
         except Exception:  # cryptography's InvalidTag: tampered, wrong key or wrong place
@@ -402,22 +611,27 @@ class KeyRing:
             ) from None
         return plain
 
-    def seal_typed(self, kind: str, data: bytes, thread_id: Any, column: str) -> tuple[str, bytes]:
+    def seal_typed(
+        self, kind: str, data: bytes, thread_id: Any, column: str, life: Life | None = None
+    ) -> tuple[str, bytes]:
         """A LangGraph ``(type, bytes)`` sealed: the type marked ``!`` (see
-        :func:`check_type`), the bytes ``tx1``, the key id's length and the key id, the
-        nonce, the ciphertext and tag. The plain type is part of the associated data.
+        :func:`check_type`), the bytes ``tx2``, the key id's length and the key id, the
+        nonce, the ciphertext and tag. The plain type is part of the associated data,
+        with the thread's ``life`` (as in :meth:`seal`).
 
         Raises:
             SerializationError: The type begins with ``!`` or is over 63 characters
                 (the mark makes it one longer, and the column holds 64).
         """
         check_type(kind, sealed=True)
-        head = bytes_head(self.current)
+        head = self._bytes_head
         nonce = os.urandom(_NONCE)
-        sealed = self._sealer.encrypt(nonce, data, _typed_aad(head, kind, column, thread_id))
-        return _MARK + kind, head + nonce + sealed
+        aad = _typed_aad(head, kind, column, thread_id, life)
+        return _MARK + kind, head + nonce + self._sealer.encrypt(nonce, data, aad)
 
-    def open_typed(self, kind: str, data: bytes, thread_id: Any, column: str) -> tuple[str, bytes]:
+    def open_typed(
+        self, kind: str, data: bytes, thread_id: Any, column: str, life: Life | None = None
+    ) -> tuple[str, bytes]:
         """A stored ``(type, bytes)`` opened (plaintext as it is, unless
         :attr:`require_sealed`).
 
@@ -441,7 +655,7 @@ class KeyRing:
             plain: bytes = cipher.decrypt(
                 data[at : at + _NONCE],
                 data[at + _NONCE :],
-                _typed_aad(data[:at], plain_kind, column, thread_id),
+                _typed_aad(data[:at], plain_kind, column, thread_id, life),
             )
         except Exception:  # InvalidTag
             raise DecryptionError(
@@ -450,20 +664,29 @@ class KeyRing:
         return plain_kind, plain
 
     def is_current(self, text: str) -> bool:
-        """Whether a stored text is sealed under the current key (rotation skips it)."""
+        """Whether a stored text is sealed under the current key in the ring's format
+        (rotation skips it; a ``tx1`` envelope is sealed again as ``tx2``)."""
         return text.startswith(self._head)
 
 
 _FLAGS = {"": False, "0": False, "false": False, "no": False, "1": True, "true": True, "yes": True}
 
 
-def _ring(pairs: list[tuple[str, bytes]], require_sealed: bool) -> KeyRing:
-    """A key ring unpickled (in another process)."""
-    return KeyRing(pairs, require_sealed=require_sealed)
+def _ring(
+    pairs: list[tuple[str, bytes]],
+    require_sealed: bool,
+    sealing: str | None = None,
+    envelope: str = _VERSION,
+) -> KeyRing:
+    """A key ring unpickled (in another process; ``sealing`` absent: pickled by a
+    release that sealed under the first key; ``envelope`` absent: by one before tx2)."""
+    return KeyRing(pairs, sealing=sealing, require_sealed=require_sealed, envelope=envelope)
 
 
 def _bytes_key_id(data: bytes) -> str | None:
-    if not data.startswith(_BYTES_HEAD) or len(data) <= len(_BYTES_HEAD):
+    """The key id a LangGraph value's envelope (of either format) names, or None."""
+    head = data[: len(_BYTES_HEAD)]
+    if (head != _BYTES_HEAD and head != _OLD_BYTES_HEAD) or len(data) <= len(_BYTES_HEAD):
         return None
     size = data[len(_BYTES_HEAD)]
     raw = data[len(_BYTES_HEAD) + 1 : len(_BYTES_HEAD) + 1 + size]
@@ -498,12 +721,17 @@ def check_type(kind: str, *, sealed: bool = False) -> str:
 
 
 def open_typed(
-    keys: KeyRing | None, kind: str, data: bytes, thread_id: Any, column: str
+    keys: KeyRing | None,
+    kind: str,
+    data: bytes,
+    thread_id: Any,
+    column: str,
+    life: Life | None = None,
 ) -> tuple[str, bytes]:
     """A stored LangGraph ``(type, bytes)`` opened with or without a key ring (without
     one, a sealed value raises :class:`~tenxstore.errors.DecryptionError`)."""
     if keys is not None:
-        return keys.open_typed(kind, data, thread_id, column)
+        return keys.open_typed(kind, data, thread_id, column, life)
     if kind[:1] == _MARK:
         raise DecryptionError(
             thread_id, column, _bytes_key_id(data), "encrypted, and no key ring is configured"
@@ -511,12 +739,14 @@ def open_typed(
     return kind, data
 
 
-def open_text(keys: KeyRing | None, text: str, thread_id: Any, column: str) -> str:
+def open_text(
+    keys: KeyRing | None, text: str, thread_id: Any, column: str, life: Life | None = None
+) -> str:
     """The plaintext of a stored text with or without a key ring: without one, an
     envelope raises :class:`~tenxstore.errors.DecryptionError` instead of being read
     as JSON."""
     if keys is not None:
-        return keys.open(text, thread_id, column)
+        return keys.open(text, thread_id, column, life)
     if text[:1] == _MARK:
         raise DecryptionError(
             thread_id, column, sealed_key_id(text), "encrypted, and no key ring is configured"
@@ -524,9 +754,11 @@ def open_text(keys: KeyRing | None, text: str, thread_id: Any, column: str) -> s
     return text
 
 
-def open_json(keys: KeyRing | None, text: str, thread_id: Any, column: str) -> str | bytes:
+def open_json(
+    keys: KeyRing | None, text: str, thread_id: Any, column: str, life: Life | None = None
+) -> str | bytes:
     """:func:`open_text` for text that goes straight to :func:`tenxstore.serde.decode`
     (an opened envelope may stay bytes: see :meth:`KeyRing.open_json`)."""
     if keys is not None:
-        return keys.open_json(text, thread_id, column)
+        return keys.open_json(text, thread_id, column, life)
     return open_text(None, text, thread_id, column)

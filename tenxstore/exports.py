@@ -7,12 +7,12 @@ thread — record, retained states, messages, tool ledger — in one transaction
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from datetime import datetime
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .crypto import (
@@ -28,12 +28,15 @@ from .crypto import (
     STATE,
     WRITE,
     KeyRing,
+    Life,
     check_type,
+    life_of,
     open_typed,
 )
 from .deltas import BrokenChain, Stored, rebuild
 from .errors import ConfigError, ImportConflict, SerializationError
 from .langgraph_tables import run_id_of
+from .langgraph_values import AllowedTypes, allowed_set, check_value
 from .serde import decode, encode, encode_state
 from .statements import load, snapshot_of, thread_info, tool_execution, utc
 from .store import Store, message_role
@@ -118,23 +121,24 @@ class ThreadExports:
             key=lambda r: (r.checkpoint_ns, r.channel, r.version),
         )
         keys = self._store.keys
+        life = life_of(row)  # one snapshot: every value of the thread is of this life
         return ThreadExport(
             thread=thread_info(row, keys),
-            states=tuple(snapshot_of(r, thread_id, keys) for r in states),
+            states=tuple(snapshot_of(r, thread_id, keys, life) for r in states),
             messages=tuple(
                 MessageRecord(
-                    load(keys, r.payload, thread_id, MESSAGE),
+                    load(keys, r.payload, thread_id, MESSAGE, life),
                     utc(r.created_at),  # type: ignore[arg-type]
                 )
                 for r in messages
             ),
-            tool_executions=tuple(tool_execution(thread_id, r, keys) for r in calls),
+            tool_executions=tuple(tool_execution(thread_id, r, keys, life) for r in calls),
             langgraph_checkpoints=tuple(
                 LangGraphCheckpoint(
                     r.checkpoint_ns,
                     r.checkpoint_id,
                     r.parent_checkpoint_id,
-                    *open_typed(keys, r.type, bytes(r.checkpoint), thread_id, CHECKPOINT),
+                    *open_typed(keys, r.type, bytes(r.checkpoint), thread_id, CHECKPOINT, life),
                     decode(r.metadata),
                     utc(r.created_at),  # type: ignore[arg-type]
                     None if r.versions is None else decode(r.versions),
@@ -148,12 +152,12 @@ class ThreadExports:
                     r.task_id,
                     r.idx,
                     r.channel,
-                    *open_typed(keys, r.type, bytes(r.value), thread_id, WRITE),
+                    *open_typed(keys, r.type, bytes(r.value), thread_id, WRITE, life),
                     r.task_path,
                 )
                 for r in writes
             ),
-            langgraph_blobs=_whole_blobs([_opened_blob(keys, thread_id, r) for r in blobs]),
+            langgraph_blobs=_whole_blobs([_opened_blob(keys, thread_id, r, life) for r in blobs]),
         )
 
     async def aexport_thread(self, config: dict[str, Any]) -> ThreadExport | None:
@@ -167,7 +171,11 @@ class ThreadExports:
         return export
 
     async def aimport_thread(
-        self, export: ThreadExport, *, on_conflict: OnConflict = "fail"
+        self,
+        export: ThreadExport,
+        *,
+        on_conflict: OnConflict = "fail",
+        allowed_types: AllowedTypes = (),
     ) -> ImportOutcome:
         """Write an exported thread back, in one transaction.
 
@@ -176,25 +184,41 @@ class ThreadExports:
         :class:`ImportConflict`, ``"skip"`` leaves it, ``"replace"`` deletes it first.
         An imported thread is a new life of its id (see the incarnations).
 
+        Its LangGraph values come from outside this process: each must be one that
+        LangGraph's strict serde opens (its safe types, and ``allowed_types``),
+        else nothing is written (see :mod:`tenxstore.langgraph_values`).
+
         Returns:
             ``"created"``, ``"unchanged"``, ``"skipped"`` or ``"replaced"``.
 
         Raises:
             ImportConflict: The thread exists with other content (``"fail"``).
-            SerializationError: Something in the export cannot be stored.
+            SerializationError: Something in the export cannot be stored, or a
+                LangGraph value names a type the strict serde refuses.
             ConfigError: Bad ids, versions, statuses or ``on_conflict``.
         """
-        [outcome] = await self.aimport_threads([export], on_conflict=on_conflict)
+        [outcome] = await self.aimport_threads(
+            [export], on_conflict=on_conflict, allowed_types=allowed_types
+        )
         return outcome
 
     async def aimport_threads(
-        self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
+        self,
+        exports: Sequence[ThreadExport],
+        *,
+        on_conflict: OnConflict = "fail",
+        allowed_types: AllowedTypes = (),
     ) -> list[ImportOutcome]:
         """:meth:`aimport`, returning each thread's outcome."""
-        return [done.outcome for done in await self.aimport(exports, on_conflict=on_conflict)]
+        done = await self.aimport(exports, on_conflict=on_conflict, allowed_types=allowed_types)
+        return [imported.outcome for imported in done]
 
     async def aimport(
-        self, exports: Sequence[ThreadExport], *, on_conflict: OnConflict = "fail"
+        self,
+        exports: Sequence[ThreadExport],
+        *,
+        on_conflict: OnConflict = "fail",
+        allowed_types: AllowedTypes = (),
     ) -> list[Imported]:
         """Write exported threads back, all in ONE transaction: every export is checked
         before anything is written, and any error (a conflict found while writing
@@ -210,60 +234,157 @@ class ThreadExports:
             ConfigError: Bad ids, versions, statuses, a thread given twice, or
                 ``on_conflict``.
         """
+        given = list(exports)
+        return await self.aimport_stream(
+            lambda: ((None, export) for export in given),
+            on_conflict=on_conflict,
+            allowed_types=allowed_types,
+        )
+
+    async def aimport_stream(
+        self,
+        source: Callable[[], Iterable[tuple[str | None, ThreadExport]]],
+        *,
+        on_conflict: OnConflict = "fail",
+        allowed_types: AllowedTypes = (),
+    ) -> list[Imported]:
+        """:meth:`aimport` of exports read twice from ``source`` — once to check every
+        one, once to write them in ONE transaction — so memory is bounded by the
+        largest thread, not by all of them (a file of any size, say).
+
+        Args:
+            source: Called once per pass; yields ``(label, export)``: the label (a
+                file's ``path:line``, or None) prefixes the errors about that export.
+                Both passes must yield the same threads: one that changed in between
+                writes nothing (``ConfigError``).
+
+        Raises:
+            As :meth:`aimport`, each error naming the export's label.
+        """
         store = self._store
         on_conflict = check_choice("on_conflict", on_conflict, ON_CONFLICT)
-        settings = store.settings
-        rows = [import_rows(e, settings.id_type, settings.user_id_type) for e in exports]
-        if store.keys is not None:  # sealed, a type takes one more character: check now
-            for row in rows:
-                for key in ("lg_checkpoints", "lg_writes", "lg_blobs"):
-                    for value in row[key]:
-                        check_type(value["type"], sealed=True)
-        thread_ids = [r["thread"]["thread_id"] for r in rows]
-        if len(set(thread_ids)) != len(thread_ids):
-            twice = sorted({t for t in thread_ids if thread_ids.count(t) > 1}, key=repr)
-            raise ConfigError(f"an import names a thread more than once: {twice[0]!r}")
-        if not rows:
+        allowed = allowed_set(allowed_types)
+        seen: dict[Any, str | None] = {}
+        for label, export in source():  # pass 1: everything checked, nothing kept
+            thread_id = self._checked(label, export, allowed)["thread"]["thread_id"]
+            if thread_id in seen:
+                first = seen[thread_id]
+                also = f" (also {first})" if first else ""
+                raise ConfigError(
+                    _at(label, f"an import names thread {thread_id!r} more than once{also}")
+                )
+            seen[thread_id] = label
+        if not seen:
             return []
         outcomes: list[Imported] = []
-        t, s, m, x = store.tables[:4]
-        async with store.write_many(thread_ids) as (conn, locked):
-            for thread_id, new in zip(thread_ids, rows, strict=True):
-                done = Imported("created")
-                row = locked[thread_id]
-                if row is not None:
-                    existing = await self._export(conn, thread_id)
-                    if (
-                        existing is not None
-                        and import_rows(existing, settings.id_type, settings.user_id_type) == new
-                    ):
-                        outcomes.append(Imported("unchanged"))
-                        continue
-                    if on_conflict == "skip":
-                        outcomes.append(Imported("skipped"))
-                        continue
-                    if on_conflict == "fail":
-                        raise ImportConflict(
-                            f"thread {thread_id!r} exists with other content; "
-                            "import with on_conflict='replace' or 'skip'",
-                            thread_id=thread_id,
-                        )
-                    await store.delete_thread(conn, thread_id)
-                    replaced = Commit(thread_id, row.user_id, row.incarnation, row.version)
-                    done = Imported("replaced", replaced)
-                if store.keys is not None:
-                    new = _sealed(store.keys, thread_id, new)
-                await conn.execute(insert(t), [new["thread"]])
-                lg = (
-                    (store.tables.lg_checkpoints, "lg_checkpoints"),
-                    (store.tables.lg_writes, "lg_writes"),
-                    (store.tables.lg_blobs, "lg_blobs"),
+        async with store.write_many(seen) as (conn, locked):
+            written: set[Any] = set()
+            for label, export in source():  # pass 2: written one thread at a time
+                new = self._checked(label, export, allowed)
+                thread_id = new["thread"]["thread_id"]
+                if thread_id not in seen or thread_id in written:
+                    raise ConfigError(
+                        _at(label, f"thread {thread_id!r} was not there when the import was "
+                            "checked (the source changed meanwhile); nothing was written")
+                    )  # fmt: skip
+                written.add(thread_id)
+                outcomes.append(
+                    await self._write_one(conn, locked[thread_id], label, new, on_conflict)
                 )
-                for table, key in ((s, "states"), (m, "messages"), (x, "tool_executions"), *lg):
-                    if new[key]:
-                        await conn.execute(insert(table), new[key])
-                outcomes.append(done)
+            if written != set(seen):
+                raise ConfigError(
+                    "the import's source changed while it was written: a thread it held "
+                    "is gone; nothing was written"
+                )
         return outcomes
+
+    def _checked(
+        self, label: str | None, export: ThreadExport, allowed: frozenset[tuple[str, ...]]
+    ) -> dict[str, Any]:
+        """The rows of one export, every field checked (errors prefixed with ``label``)."""
+        settings = self._store.settings
+        try:
+            rows = import_rows(export, settings.id_type, settings.user_id_type)
+            if self._store.keys is not None:  # sealed, a type takes one more character
+                for key in ("lg_checkpoints", "lg_writes", "lg_blobs"):
+                    for value in rows[key]:
+                        check_type(value["type"], sealed=True)
+            check_langgraph_values(rows, allowed)
+        except SerializationError as exc:
+            if label is None:
+                raise
+            raise SerializationError(_at(label, str(exc))) from None
+        except ConfigError as exc:
+            if label is None:
+                raise
+            raise ConfigError(_at(label, str(exc))) from None
+        return rows
+
+    async def _write_one(
+        self,
+        conn: AsyncConnection,
+        row: Any,
+        label: str | None,
+        new: dict[str, Any],
+        on_conflict: OnConflict,
+    ) -> Imported:
+        """Write one checked export under its thread's lock (``row``: the thread's
+        locked row, or None)."""
+        store = self._store
+        settings = store.settings
+        thread_id = new["thread"]["thread_id"]
+        user_id = new["thread"]["user_id"]
+        done = Imported("created", thread_id=thread_id, user_id=user_id)
+        if row is not None:
+            existing = await self._export(conn, thread_id)
+            if (
+                existing is not None
+                and import_rows(existing, settings.id_type, settings.user_id_type) == new
+            ):
+                return Imported("unchanged", thread_id=thread_id, user_id=user_id)
+            if on_conflict == "skip":
+                return Imported("skipped", thread_id=thread_id, user_id=user_id)
+            if on_conflict == "fail":
+                raise ImportConflict(
+                    _at(
+                        label,
+                        f"thread {thread_id!r} exists with other content; "
+                        "import with on_conflict='replace' or 'skip'",
+                    ),
+                    thread_id=thread_id,
+                )
+            await store.delete_thread(conn, thread_id)
+            replaced = Commit(thread_id, row.user_id, row.incarnation, row.version)
+            done = Imported("replaced", replaced, thread_id=thread_id, user_id=user_id)
+        t, s, m, x = store.tables[:4]
+        if store.keys is None:
+            await conn.execute(insert(t), [new["thread"]])
+        else:
+            # The values are sealed for the life this import creates, whose incarnation
+            # the database gives the new row: the row first, with its name and metadata
+            # left out (never written in clear, not even in this transaction's log),
+            # then everything sealed for it.
+            await conn.execute(insert(t), [{**new["thread"], "name": None, "metadata": None}])
+            life = life_of((await conn.execute(store.sql.lock, {"b_thread": thread_id})).one())
+            new = _sealed(store.keys, thread_id, new, life)
+            row_of = new["thread"]
+            named = {k: row_of[k] for k in ("name", "metadata") if row_of[k] is not None}
+            if named:
+                await conn.execute(update(t).where(t.c.thread_id == thread_id).values(**named))
+        lg = (
+            (store.tables.lg_checkpoints, "lg_checkpoints"),
+            (store.tables.lg_writes, "lg_writes"),
+            (store.tables.lg_blobs, "lg_blobs"),
+        )
+        for table, key in ((s, "states"), (m, "messages"), (x, "tool_executions"), *lg):
+            if new[key]:
+                await conn.execute(insert(table), new[key])
+        return done
+
+
+def _at(label: str | None, message: str) -> str:
+    """A message about one export, prefixed with where it came from."""
+    return message if label is None else f"{label}: {message}"
 
 
 _SEALED = {
@@ -274,18 +395,18 @@ _SEALED = {
 }
 
 
-def _sealed(keys: KeyRing, thread_id: Any, rows: dict[str, Any]) -> dict[str, Any]:
-    """:func:`import_rows` with every payload sealed for ``thread_id``."""
+def _sealed(keys: KeyRing, thread_id: Any, rows: dict[str, Any], life: Life) -> dict[str, Any]:
+    """:func:`import_rows` with every payload sealed for ``thread_id`` and ``life``."""
 
     def seal(row: dict[str, Any], columns: tuple[tuple[str, str], ...]) -> dict[str, Any]:
         out = dict(row)
         for name, column in columns:
             if out[name] is not None:
-                out[name] = keys.seal(out[name], thread_id, column)
+                out[name] = keys.seal(out[name], thread_id, column, life)
         return out
 
     def seal_typed(row: dict[str, Any], name: str, column: str) -> dict[str, Any]:
-        kind, data = keys.seal_typed(row["type"], row[name], thread_id, column)
+        kind, data = keys.seal_typed(row["type"], row[name], thread_id, column, life)
         return {**row, "type": kind, name: data}
 
     sealed = dict(rows)
@@ -301,6 +422,22 @@ def _sealed(keys: KeyRing, thread_id: Any, rows: dict[str, Any]) -> dict[str, An
     return sealed
 
 
+def check_langgraph_values(rows: dict[str, Any], allowed: frozenset[tuple[str, ...]]) -> None:
+    """Every LangGraph value of :func:`import_rows` one that the strict serde opens
+    (see :func:`tenxstore.langgraph_values.check_value`).
+
+    Raises:
+        SerializationError: One is not; the message names it.
+    """
+    for key, name, field in (
+        ("lg_checkpoints", "checkpoint", "langgraph_checkpoints"),
+        ("lg_writes", "value", "langgraph_writes"),
+        ("lg_blobs", "blob", "langgraph_blobs"),
+    ):
+        for i, row in enumerate(rows[key]):
+            check_value(row["type"], row[name], f"{field}[{i}].{name}", allowed)
+
+
 def _bounded(what: str, value: object, top: int) -> int:
     count = check_count(what, value)
     if count > top:
@@ -309,9 +446,19 @@ def _bounded(what: str, value: object, top: int) -> int:
 
 
 def _datetime(value: object, what: str) -> datetime:
+    """A time as it is stored: in UTC (a naive one is taken as UTC). SQLite and MySQL
+    columns hold no zone: a time written with its offset lost its offset, and one
+    past 9999-12-31 UTC (``9999-12-31T23:59:59-05:00``) was cut to what fits."""
     if not isinstance(value, datetime):
         raise ConfigError(f"{what} must be a datetime, not {type(value).__name__}")
-    return value
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    try:
+        return value.astimezone(timezone.utc)
+    except OverflowError:
+        raise ConfigError(
+            f"{what} {value.isoformat()} is out of range: in UTC it is past 9999-12-31"
+        ) from None
 
 
 def _optional_datetime(value: object, what: str) -> datetime | None:
@@ -511,9 +658,9 @@ def _lg_write(thread_id: Any, i: int, w: Any) -> dict[str, Any]:
     }
 
 
-def _opened_blob(keys: KeyRing | None, thread_id: Any, r: Any) -> Any:
+def _opened_blob(keys: KeyRing | None, thread_id: Any, r: Any, life: Life) -> Any:
     """An ``lg_blobs`` row with its value opened (see :func:`~tenxstore.crypto.open_typed`)."""
-    kind, blob = open_typed(keys, r.type, bytes(r.blob), thread_id, BLOB)
+    kind, blob = open_typed(keys, r.type, bytes(r.blob), thread_id, BLOB, life)
     return SimpleNamespace(
         checkpoint_ns=r.checkpoint_ns,
         channel=r.channel,

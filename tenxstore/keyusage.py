@@ -11,22 +11,37 @@ when it is read.
 Every count is one statement a table, reading every row of the payload tables (and a
 few more statements when keys are missing): an operator's check, not a health probe
 (:meth:`~tenxstore.CheckpointRepository.acheck` stays cheap).
+
+The store also records that it holds sealed values (migration 0009, the store's row):
+:func:`amark_sealed` says so (an instance with a key ring marks it at its first
+write), and an instance without a key ring then refuses to write;
+:func:`aclear_sealed` takes it back once no value is sealed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import String, and_, bindparam, case, func, not_, select
+from sqlalchemy import String, and_, bindparam, case, func, not_, or_, select
 
-from .crypto import KeyRing, _bytes_key_id, bytes_head, sealed_key_id, text_head
-from .errors import DecryptionError
-from .rotation import _TABLES, TABLES, _store_of
+from .crypto import (
+    _OLD_BYTES_HEAD,
+    _OLD_HEAD,
+    KeyRing,
+    _bytes_key_id,
+    bytes_heads,
+    life_of,
+    sealed_key_id,
+    text_heads,
+)
+from .errors import ConfigError, DecryptionError
+from .rotation import _TABLES, TABLES, _store_of, binding
 
-__all__ = ["KeyUsage", "akey_usage"]
+__all__ = ["KeyUsage", "aclear_sealed", "akey_usage", "amark_sealed"]
 
 TRIED = 3
 """Values of each key of the ring opened per column (any of them: no order is asked
@@ -35,6 +50,17 @@ MAX_NAMED = 32
 """Keys the ring lacks named at most (the values under any further one count as
 ``unnamed``)."""
 _LOOKED_AT = 64  # values whose key id is read per statement, looking for missing keys
+# When a table's rows were made, set once: a value in clear in a row made after the
+# mark was written in clear after it. (Not tool_executions.started_at: a claim taken
+# again moves it and keeps the arguments.)
+_CREATED = {
+    "threads": "created_at",
+    "states": "created_at",
+    "messages": "created_at",
+    "lg_checkpoints": "created_at",
+    "memories": "updated_at",  # each version's write (created_at is its first one's)
+    "memory_versions": "updated_at",
+}
 
 
 def _frozen(mapping: Mapping[str, int]) -> Mapping[str, int]:
@@ -57,6 +83,18 @@ class KeyUsage:
             per column).
         unopened: Of those, the ones that did not open (a key of the right id and the
             wrong bytes opens none; a few, tampered or moved values).
+        plaintext_by_table: ``plaintext`` by table (only the tables that have any).
+        sealed_since: When the store was marked as holding sealed values (None: not
+            marked).
+        plaintext_since_sealed: Of ``plaintext``, the values in rows created after
+            ``sealed_since``, by table (the tables whose rows record when they were
+            made: threads, states, messages, LangGraph checkpoints).
+            Every instance with a key ring seals what it writes, so these were written
+            by one without (a process that first used the store before it was marked).
+        previous_format: Of the sealed values (each counted in ``by_key`` or
+            ``unknown`` too), those in the ``tx1`` envelope, whose associated data
+            names no life of the thread (sealed before ``tx2``): they open in any life
+            of their thread; ``rotate-keys`` seals them again as ``tx2``.
     """
 
     plaintext: int
@@ -65,9 +103,20 @@ class KeyUsage:
     unnamed: int = 0
     tried: Mapping[str, int] = field(default_factory=dict)
     unopened: Mapping[str, int] = field(default_factory=dict)
+    plaintext_by_table: Mapping[str, int] = field(default_factory=dict)
+    sealed_since: datetime | None = None
+    plaintext_since_sealed: Mapping[str, int] = field(default_factory=dict)
+    previous_format: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("by_key", "unknown", "tried", "unopened"):
+        for name in (
+            "by_key",
+            "unknown",
+            "tried",
+            "unopened",
+            "plaintext_by_table",
+            "plaintext_since_sealed",
+        ):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
 
     @property
@@ -102,16 +151,28 @@ class _Column:
             self.sealed = func.substr(self.value, 1, 1) == "!"
 
     def under(self, key_id: str) -> Any:
-        """The clause: sealed under this key (compared exactly, as rotation does)."""
+        """The clause: sealed under this key, in either envelope format (compared
+        exactly, as rotation does; both heads are as long)."""
         if self.typed:
-            marker = bytes_head(key_id)
+            markers = bytes_heads(key_id)
+            start = func.substr(self.value, 1, len(markers[0]))
             return and_(
                 self.sealed,
-                func.substr(self.value, 1, len(marker))
-                == bindparam(None, marker, type_=self.value.type),
+                or_(*(start == bindparam(None, m, type_=self.value.type) for m in markers)),
             )
-        head = text_head(key_id)
-        return func.substr(self.value, 1, len(head)) == bindparam(None, head, type_=String())
+        heads = text_heads(key_id)
+        start = func.substr(self.value, 1, len(heads[0]))
+        return or_(*(start == bindparam(None, h, type_=String()) for h in heads))
+
+    def previous(self) -> Any:
+        """The clause: sealed in the previous envelope format (``tx1``), under any key."""
+        if self.typed:
+            start = func.substr(self.value, 1, len(_OLD_BYTES_HEAD))
+            return and_(
+                self.sealed, start == bindparam(None, _OLD_BYTES_HEAD, type_=self.value.type)
+            )
+        start = func.substr(self.value, 1, len(_OLD_HEAD))
+        return start == bindparam(None, _OLD_HEAD, type_=String())
 
     def plain(self) -> Any:
         """The clause: a value there, in clear."""
@@ -135,13 +196,25 @@ async def akey_usage(repository: Any) -> KeyUsage:
         _Column(table, table.c[name], column, typed)
         for table, name, column, typed in _payload_columns(store)
     ]
-    plaintext, by_key = 0, dict.fromkeys(ring, 0)
+    plaintext, by_key, previous = 0, dict.fromkeys(ring, 0), 0
+    by_table: dict[str, int] = {}
+    late: dict[str, int] = {}
+    since = store.sealed_since
     for table, group in _by_table(columns):
-        counts = await _counts(
-            store, table, [(c.plain(), c.sealed, *map(c.under, ring)) for c in group]
-        )
-        for c, (plain, sealed, *under) in zip(group, counts, strict=True):
+        created = _CREATED.get(table.name)
+        marked = since is not None and created is not None
+        clauses = [(c.plain(), c.sealed, c.previous(), *map(c.under, ring)) for c in group]
+        if marked:  # values in clear in rows made after the mark: a keyless writer's
+            clauses = [(*cs, and_(cs[0], table.c[created] >= since)) for cs in clauses]
+        counts = await _counts(store, table, clauses)
+        for c, (plain, sealed, old, *rest) in zip(group, counts, strict=True):
+            under = rest[: len(ring)]
+            previous += old
+            if marked and rest[-1]:
+                late[table.name] = late.get(table.name, 0) + rest[-1]
             plaintext += plain
+            if plain:
+                by_table[table.name] = by_table.get(table.name, 0) + plain
             for key_id, n in zip(ring, under, strict=True):
                 by_key[key_id] += n
             c.under_ring = dict(zip(ring, under, strict=True))
@@ -149,7 +222,51 @@ async def akey_usage(repository: Any) -> KeyUsage:
     unknown = await _name_missing(store, [c for c in columns if c.elsewhere], ring)
     unnamed = sum(c.elsewhere for c in columns) - sum(unknown.values())
     tried, unopened = await _try(store, keys, columns) if keys is not None else ({}, {})
-    return KeyUsage(plaintext, by_key, unknown, unnamed, tried, unopened)
+    return KeyUsage(
+        plaintext, by_key, unknown, unnamed, tried, unopened, by_table, since, late, previous
+    )
+
+
+async def amark_sealed(repository: Any) -> datetime:
+    """Record in the store that it holds sealed values, so that a checkpointer
+    without a key ring refuses to write to it (``ConfigError`` naming
+    ``TENXSTORE_KEYS``) and ``tenxstore doctor`` without keys fails. An instance with
+    a key ring does this at its first write, and ``rotate-keys`` when it starts; say
+    so yourself to stop keyless writers before any keyed one has written. Kept when
+    set already. Processes without a key ring that were already running read the mark
+    at their first use: restart them.
+
+    Args:
+        repository: A :class:`~tenxstore.CheckpointRepository`, or a checkpointer
+            wrapping one (``.inner``); it needs no key ring.
+
+    Returns:
+        When the store was first marked.
+    """
+    return await _store_of(repository).mark_sealed()  # type: ignore[no-any-return]
+
+
+async def aclear_sealed(repository: Any) -> None:
+    """Take back :func:`amark_sealed`, once no value of the store is sealed (a store
+    copied from an encrypted one and emptied of its sealed values, or encryption
+    turned off by exporting and importing every thread in clear).
+
+    Args:
+        repository: A :class:`~tenxstore.CheckpointRepository`, or a checkpointer
+            wrapping one (``.inner``).
+
+    Raises:
+        ConfigError: Values are still sealed (counted as :func:`akey_usage` does);
+            nothing was changed.
+    """
+    usage = await akey_usage(repository)
+    if usage.sealed:
+        raise ConfigError(
+            f"{usage.sealed:,} value(s) of the store are sealed: it stays marked as holding "
+            "sealed values (nothing was changed); a checkpointer without a key ring could "
+            "not read them"
+        )
+    await _store_of(repository).unmark_sealed()
 
 
 def _payload_columns(store: Any) -> list[tuple[Any, str, str, bool]]:
@@ -219,23 +336,32 @@ def _key_id(head: Any, typed: bool) -> str | None:
 async def _try(
     store: Any, keys: KeyRing, columns: list[_Column]
 ) -> tuple[dict[str, int], dict[str, int]]:
-    """Open up to :data:`TRIED` values of each key of the ring in each column: how many
-    were tried, and how many did not open, by key."""
+    """Open up to :data:`TRIED` values of each key of the ring in each column (each for
+    the life of its thread, joined in): how many were tried, and how many did not open,
+    by key."""
     tried = dict.fromkeys(keys.key_ids, 0)
     unopened = dict.fromkeys(keys.key_ids, 0)
+    t = store.tables.threads
     for c in columns:
-        wanted = [c.table.c.thread_id, c.value] + ([c.table.c.type] if c.typed else [])
+        memory = binding(c.table.name) != "thread_id"  # bound to a memory's uid: no life
+        bound = c.table.c[binding(c.table.name)]
+        wanted = [bound, c.value]
+        wanted += [] if memory else [t.c.incarnation, t.c.user_id]
+        wanted += [c.table.c.type] if c.typed else []
         for key_id in keys.key_ids:
             if not c.under_ring.get(key_id):
                 continue  # none there: no scan for it
-            rows = await store.read(select(*wanted).where(c.under(key_id)).limit(TRIED))
-            for row in rows:
+            stmt = select(*wanted).where(c.under(key_id)).limit(TRIED)
+            if c.table is not t and not memory:
+                stmt = stmt.join(t, t.c.thread_id == c.table.c.thread_id)
+            for row in await store.read(stmt):
                 tried[key_id] += 1
+                life = None if memory else life_of(row)
                 try:
                     if c.typed:
-                        keys.open_typed(row[2], bytes(row[1]), row[0], c.column)
+                        keys.open_typed(row.type, bytes(row[1]), row[0], c.column, life)
                     else:
-                        keys.open(row[1], row[0], c.column)
+                        keys.open(row[1], row[0], c.column, life)
                 except DecryptionError:
                     unopened[key_id] += 1
     return tried, unopened

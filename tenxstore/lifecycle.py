@@ -29,7 +29,10 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Table, and_, delete, exists, func, or_, select
 
+from .boundary import callers_own
 from .errors import ConfigError
+from .memory.lifecycle import MemoryLifecycle
+from .memory.rows import MemoryRows
 from .statements import thread_info
 from .store import Store
 from .types import Commit, ThreadInfo
@@ -65,6 +68,9 @@ class DeleteResult:
         checkpoints: LangGraph checkpoints (``lg_checkpoints``).
         checkpoint_writes: LangGraph pending writes (``lg_writes``).
         checkpoint_blobs: LangGraph channel values (``lg_blobs``).
+        memories: Long-term memories (an erase: the user's; a prune: only with
+            ``include_memories``).
+        memory_versions: Their past versions.
         cache_keys: Cache keys fenced (a cached checkpointer: two per thread, the
             owner's and the unscoped one; 0 without a cache or in a dry run).
         batches: Write transactions committed (0 for a dry run).
@@ -82,6 +88,8 @@ class DeleteResult:
     checkpoints: int = 0
     checkpoint_writes: int = 0
     checkpoint_blobs: int = 0
+    memories: int = 0
+    memory_versions: int = 0
     cache_keys: int = 0
     batches: int = 0
     skipped: int = 0
@@ -91,7 +99,7 @@ class DeleteResult:
     @property
     def rows(self) -> int:
         """Rows of every kind together."""
-        return sum(getattr(self, name) for name in _ROW_FIELDS.values())
+        return sum(getattr(self, name) for name in (*_ROW_FIELDS.values(), *_MEMORY_FIELDS))
 
 
 # table name -> DeleteResult field (lg_heads, one mark per namespace, is not counted)
@@ -104,7 +112,8 @@ _ROW_FIELDS = {
     "lg_checkpoints": "checkpoints",
     "threads": "threads",
 }
-assert set(_ROW_FIELDS.values()) <= {f.name for f in fields(DeleteResult)}
+_MEMORY_FIELDS = ("memories", "memory_versions")
+assert {*_ROW_FIELDS.values(), *_MEMORY_FIELDS} <= {f.name for f in fields(DeleteResult)}
 
 BatchHook = Callable[[Sequence[Commit]], Awaitable[None]]
 """Awaited inside a batch's transaction, before its commit, with the threads it deletes
@@ -158,9 +167,13 @@ def _check_sample(sample: object) -> int:
 async def _progress(hook: ProgressHook | None, totals: DeleteResult) -> None:
     if hook is None:
         return
-    outcome = hook(totals)
-    if isinstance(outcome, Awaitable):
-        await outcome
+    try:
+        outcome = hook(totals)
+        if isinstance(outcome, Awaitable):
+            await outcome
+    except Exception as exc:
+        callers_own(exc)  # the caller's hook: through the boundary as it is
+        raise
 
 
 class Lifecycle:
@@ -168,6 +181,8 @@ class Lifecycle:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        self.memories = MemoryLifecycle(store, MemoryRows(store, history_limit=1))
+        """The memories' bulk deletes (an erase covers them; a prune, when asked)."""
 
     # -- predicates ------------------------------------------------------------------
 
@@ -208,8 +223,9 @@ class Lifecycle:
         batch_size = _check_batch_size(batch_size)
         sample = _check_sample(sample)
         where = self._of_user(user_id)
+        mine = self.memories.of_user(user_id)
         if dry_run:
-            return await self._count(where, sample)
+            return await self._with_memories(await self._count(where, sample), mine)
         t = store.tables.threads
 
         async def pick(_after: Any) -> list[Any]:
@@ -218,7 +234,10 @@ class Lifecycle:
             rows = await store.read(select(t.c.thread_id).where(where).limit(batch_size))
             return [row.thread_id for row in rows]
 
-        return await self._delete(pick, where, None, on_batch, before_commit)
+        totals = await self._delete(pick, where, None, on_batch, before_commit)
+        totals = await self._delete_memories(totals, lambda: mine, batch_size, on_batch)
+        await self.memories.forget_scopes(user_id)  # nothing names the user any more
+        return totals
 
     async def aprune_idle(
         self,
@@ -229,8 +248,12 @@ class Lifecycle:
         sample: int = DEFAULT_SAMPLE,
         on_batch: ProgressHook | None = None,
         before_commit: BatchHook | None = None,
+        include_memories: bool = False,
     ) -> DeleteResult:
-        """Delete every thread not used for ``older_than`` (see the repository's method)."""
+        """Delete every thread not used for ``older_than`` (see the repository's method);
+        with ``include_memories``, the memories not written for that long too."""
+        if not isinstance(include_memories, bool):
+            raise ConfigError(f"include_memories must be a bool, not {include_memories!r}")
         if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
             raise ConfigError(f"older_than must be a positive timedelta, not {older_than!r}")
         batch_size = _check_batch_size(batch_size)
@@ -241,8 +264,10 @@ class Lifecycle:
         except OverflowError:
             raise ConfigError(f"older_than reaches before year 1: {older_than!r}") from None
         idle = self._idle(cutoff)
+        quiet = self.memories.idle(cutoff)
         if dry_run:
-            return await self._count(idle, sample)
+            counted = await self._count(idle, sample)
+            return await self._with_memories(counted, quiet) if include_memories else counted
         t = store.tables.threads
 
         async def pick(after: Any) -> list[Any]:
@@ -253,7 +278,38 @@ class Lifecycle:
             rows = await store.read(stmt.order_by(t.c.thread_id).limit(batch_size))
             return [row.thread_id for row in rows]
 
-        return await self._delete(pick, None, idle, on_batch, before_commit, keyset=True)
+        totals = await self._delete(pick, None, idle, on_batch, before_commit, keyset=True)
+        if not include_memories:
+            return totals
+        return await self._delete_memories(totals, lambda: quiet, batch_size, on_batch)
+
+    async def _with_memories(
+        self, counted: DeleteResult, where: ColumnElement[bool]
+    ) -> DeleteResult:
+        """A dry run's counts with the memories ``where`` picks."""
+        memories, versions = await self.memories.count(where)
+        return replace(counted, memories=memories, memory_versions=versions)
+
+    async def _delete_memories(
+        self,
+        totals: DeleteResult,
+        where: Callable[[], ColumnElement[bool]],
+        batch_size: int,
+        on_batch: ProgressHook | None,
+    ) -> DeleteResult:
+        """After the threads: the memories ``where()`` picks, in batches (their own
+        transactions: a memory is whole or gone), counted into ``totals``."""
+        memories, versions, batches = await self.memories.delete(where, batch_size)
+        if not batches:
+            return totals
+        totals = replace(
+            totals,
+            memories=totals.memories + memories,
+            memory_versions=totals.memory_versions + versions,
+            batches=totals.batches + batches,
+        )
+        await _progress(on_batch, totals)
+        return totals
 
     # -- the work --------------------------------------------------------------------
 
@@ -324,7 +380,7 @@ class Lifecycle:
         counts = dict.fromkeys(_ROW_FIELDS.values(), 0)
         # store.write takes the first row's lock (and sets lock_timeout); the rest are
         # locked by one statement, in id order, as every multi-thread writer takes them.
-        async with store.write(ordered[0]) as (conn, _):
+        async with store.write(ordered[0], deletes_only=True) as (conn, _):
             lock = (
                 select(t.c.thread_id, t.c.user_id, t.c.incarnation, t.c.version)
                 .where(t.c.thread_id.in_(ordered))
@@ -354,7 +410,11 @@ class Lifecycle:
                         Commit(row.thread_id, row.user_id, row.incarnation, row.version)
                         for row in locked
                     ]
-                    await before_commit(gone)
+                    try:
+                        await before_commit(gone)
+                    except Exception as exc:
+                        callers_own(exc)  # the caller's hook: as it is
+                        raise
         return counts, len(ordered) - len(ids)
 
 

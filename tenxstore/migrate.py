@@ -24,7 +24,7 @@ from alembic import command
 
 from .backends import Backend
 from .errors import ConfigError, SchemaNotReady
-from .models import tables_for
+from .models import Base, tables_for
 from .validate import IdType
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "current_revision",
     "downgrade",
     "head_revision",
+    "refuse_foreign_tables",
     "script_location",
     "upgrade",
     "upgrade_connection",
@@ -41,6 +42,12 @@ __all__ = [
 log = logging.getLogger("tenxstore.migrate")
 _PACKAGE = Path(__file__).resolve().parent
 _FIX = "run `await checkpointer.asetup()` (or `checkpointer.setup()`, or `tenxstore upgrade`) once"
+_VERSION_TABLE = "alembic_version"
+_REMEDY = {
+    "postgresql": "another schema (schema='tenxstore', say)",
+    "sqlite": "another database file",
+    "mysql": "another database (the one the URL names)",
+}
 
 
 def script_location() -> Path:
@@ -100,14 +107,15 @@ def _read_schema(
     """(revision, store id) of the database; (None, None) when it was never migrated.
     With ``id_types``, a migrated schema's id columns must be of those types."""
     inspector = inspect(connection)
-    if not inspector.has_table("alembic_version", schema):
+    if not inspector.has_table(_VERSION_TABLE, schema):
         return None, None
-    if id_types is not None and inspector.has_table("threads", schema):
+    has_store = inspector.has_table("tenxstore_store", schema)
+    heads = _recorded_heads(connection, schema, has_store)
+    if id_types is not None and heads and inspector.has_table("threads", schema):
         _check_id_types(connection, schema, *id_types)
-    context = MigrationContext.configure(connection, opts={"version_table_schema": schema})
-    revision = context.get_current_revision()
+    revision = heads[0] if heads else None
     store_id = None
-    if inspector.has_table("tenxstore_store", schema):
+    if has_store:
         store = tables_for(schema=schema).store
         store_id = connection.execute(select(store.c.store_id)).scalar()
     return revision, store_id
@@ -123,19 +131,99 @@ def check_schema(revision: str | None, store_id: str | None, where: str) -> str:
     if revision is None:
         raise SchemaNotReady(f"{where} has no tenxstore schema: {_FIX}")
     if revision != head:
-        try:
-            known = _scripts().get_revision(revision) is not None
-        except CommandError:
-            known = False
-        if not known:
-            raise SchemaNotReady(
-                f"{where} is at revision {revision}, which this release does not know "
-                f"(its newest is {head}): a newer tenxstore migrated it; upgrade tenxstore"
-            )
+        if not _known(revision):
+            raise _newer(revision, where)
         raise SchemaNotReady(f"{where} is at revision {revision}, behind {head}: {_FIX}")
     if store_id is None:  # pragma: no cover - revision 0003 writes it
         raise SchemaNotReady(f"{where} has no store identity row: {_FIX}")
     return store_id
+
+
+def _place(connection: Connection, schema: str | None) -> str:
+    """Where tenxstore was asked to live, in words, for messages (no password)."""
+    url = connection.engine.url
+    database = url.set(drivername=url.get_backend_name()).render_as_string(hide_password=True)
+    return f"schema {schema!r} of {database}" if schema else f"the database {database}"
+
+
+def _not_ours(
+    connection: Connection, schema: str | None, names: list[str], why: str
+) -> ConfigError:
+    dialect = "mysql" if connection.dialect.name == "mariadb" else connection.dialect.name
+    listed = ", ".join(repr(name) for name in names)
+    return ConfigError(
+        f"{_place(connection, schema)} already holds {'a table' if len(names) == 1 else 'tables'}"
+        f" named like tenxstore's that tenxstore did not create: {listed} ({why}). "
+        f"Nothing was changed, and tenxstore never touches {'it' if len(names) == 1 else 'them'}"
+        f": give tenxstore a place of its own, {_REMEDY.get(dialect, 'another schema')}, or "
+        f"move {'that table' if len(names) == 1 else 'those tables'} away."
+    )
+
+
+def refuse_foreign_tables(connection: Connection, schema: str | None) -> None:
+    """Before the first migration step: tables named like tenxstore's in its place that
+    another application made are refused, untouched (a migration would fail on them
+    halfway with the driver's error, or, on MySQL whose DDL commits as it goes, build
+    on them). An Alembic version table of another application likewise.
+
+    Raises:
+        ConfigError: A table tenxstore did not create is in the way (named).
+        SchemaNotReady: A newer tenxstore migrated the schema.
+    """
+    inspector = inspect(connection)
+    present = set(inspector.get_table_names(schema)) | set(inspector.get_view_names(schema))
+    if _VERSION_TABLE in present:
+        heads = _recorded_heads(connection, schema, "tenxstore_store" in present)
+        for head in heads:
+            if not _known(head):  # tenxstore's own history, from a newer release
+                raise _newer(head, _place(connection, schema))
+        if heads:
+            return  # tenxstore's history: its tables are its own
+    # No revision recorded. Transactional DDL (PostgreSQL, SQLite) leaves nothing of an
+    # unfinished run; MySQL's leaves tables behind, after the version table it creates
+    # first: a table with tenxstore's primary key is taken as such a run's, to finish.
+    foreign = []
+    for name in sorted(present & set(Base.metadata.tables)):
+        key = inspector.get_pk_constraint(name, schema).get("constrained_columns") or []
+        expected = [column.name for column in Base.metadata.tables[name].primary_key]
+        if _VERSION_TABLE not in present or list(key) != expected:
+            foreign.append(name)
+    if foreign:
+        raise _not_ours(connection, schema, foreign, "no tenxstore migration made it")
+
+
+def _recorded_heads(connection: Connection, schema: str | None, has_store: bool) -> tuple[str, ...]:
+    """The revisions the version table (which exists) records: none when empty.
+
+    Raises:
+        ConfigError: It is another application's: not Alembic's, or the history of
+            migrations that are not tenxstore's (and no tenxstore store row beside it).
+    """
+    columns = {c["name"] for c in inspect(connection).get_columns(_VERSION_TABLE, schema)}
+    if "version_num" not in columns:
+        raise _not_ours(connection, schema, [_VERSION_TABLE], "it is not Alembic's")
+    context = MigrationContext.configure(connection, opts={"version_table_schema": schema})
+    heads: tuple[str, ...] = tuple(context.get_current_heads())
+    unknown = [head for head in heads if not _known(head)]
+    if unknown and not has_store:
+        why = f"another application's Alembic history, at revision {unknown[0]!r}"
+        raise _not_ours(connection, schema, [_VERSION_TABLE], why)
+    return heads
+
+
+def _newer(revision: str, where: str) -> SchemaNotReady:
+    return SchemaNotReady(
+        f"{where} is at revision {revision}, which this release does not know "
+        f"(its newest is {head_revision()}): a newer tenxstore migrated it; upgrade tenxstore"
+    )
+
+
+def _known(revision: str) -> bool:
+    """Whether ``revision`` is one of this release's migrations."""
+    try:
+        return _scripts().get_revision(revision) is not None
+    except CommandError:
+        return False
 
 
 def _upgrade_sync(
@@ -145,10 +233,15 @@ def _upgrade_sync(
     user_id_type: IdType,
     revision: str,
 ) -> str | None:
+    before, store_id = _read_schema(connection, schema, (id_type, user_id_type))
+    if before is not None and before == (head_revision() if revision == "head" else revision):
+        # There already (every start of an application asks): no Alembic run, and no
+        # look for foreign tables — a schema at tenxstore's revision holds its own.
+        return store_id
     config = alembic_config(
         connection=connection, schema=schema, id_type=id_type, user_id_type=user_id_type
     )
-    before, _ = _read_schema(connection, schema)
+    refuse_foreign_tables(connection, schema)
     command.upgrade(config, revision)
     _check_id_types(connection, schema, id_type, user_id_type)
     after, store_id = _read_schema(connection, schema)

@@ -1,4 +1,4 @@
-"""Declarative models of the four tables.
+"""Declarative models of the tables.
 
 The annotations are the schema for the default id types (``"string"``). Thread and
 user ids may instead be ``int`` or ``bigint`` columns (``id_type`` /
@@ -17,6 +17,7 @@ to its schema (:func:`tables_for`).
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Any, ClassVar, NamedTuple
 
@@ -43,6 +44,8 @@ from .validate import IdType
 __all__ = [
     "NAMING_CONVENTION",
     "Base",
+    "MemoryRow",
+    "MemoryVersionRow",
     "MessageRow",
     "StateRow",
     "StoreRow",
@@ -260,13 +263,102 @@ class LangGraphBlobRow(Base):
 
 
 class StoreRow(Base):
-    """The store's one row: its identity, and SQLite's incarnation counter."""
+    """The store's one row: its identity, SQLite's incarnation counter, and whether it
+    holds sealed values."""
 
     __tablename__ = "tenxstore_store"
 
     store_id: Mapped[str] = mapped_column(String(32), primary_key=True)
     last_incarnation: Mapped[int] = mapped_column(BigInteger, server_default="0")
     created_at: Mapped[datetime]
+    #: When the store was first marked as holding sealed values (0009): an instance
+    #: without a key ring refuses to write from then on. NULL: never.
+    sealed_since: Mapped[datetime | None]
+
+
+class MemoryRow(Base):
+    """One long-term memory of a user (:mod:`tenxstore.memory`): its current version.
+
+    ``content`` (a JSON string) and ``metadata`` (a JSON object) are sealed under the
+    key ring like every payload, bound to ``uid``: random, and new with every life of
+    a key (a memory deleted and stored again is another one). ``terms`` is the keyword
+    index's text — the content's words, in clear, as the database's full-text engine
+    reads them (NULL when the store keeps no keyword index); the engine's index over
+    it is made by migration 0010 for each database (SQLite: the FTS5 table
+    ``memories_fts``, kept by triggers; PostgreSQL: a GIN index of its ``simple``
+    ``tsvector``; MySQL: a FULLTEXT index).
+    """
+
+    __tablename__ = "memories"
+
+    id: Mapped[int] = mapped_column(SurrogateKey, primary_key=True, autoincrement=True)
+    uid: Mapped[str] = mapped_column(String(32), unique=True)
+    user_id: Mapped[str] = mapped_column(String(255))
+    #: The namespace's labels joined with "." (a label holds none).
+    namespace: Mapped[str] = mapped_column(String(255))
+    memory_key: Mapped[str] = mapped_column(String(255))
+    content: Mapped[str]
+    memory_metadata: Mapped[str] = mapped_column("metadata")
+    terms: Mapped[str | None]
+    #: 1 on creation, + 1 per write: the compare-and-swap target of an update.
+    version: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    expires_at: Mapped[datetime | None] = mapped_column(index=True)
+
+    __table_args__ = (UniqueConstraint("user_id", "namespace", "memory_key"),)
+
+
+class MemoryVersionRow(Base):
+    """A past version of a memory (the current one is its ``memories`` row), sealed
+    as it was: bound to the memory's ``uid``, like the current one."""
+
+    __tablename__ = "memory_versions"
+
+    memory_id: Mapped[int] = mapped_column(
+        SurrogateKey,
+        ForeignKey("memories.id", ondelete="CASCADE"),
+        primary_key=True,
+        autoincrement=False,
+    )
+    version: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    uid: Mapped[str] = mapped_column(String(32))
+    content: Mapped[str]
+    memory_metadata: Mapped[str] = mapped_column("metadata")
+    updated_at: Mapped[datetime]
+    expires_at: Mapped[datetime | None]
+
+
+class MemoryVectorRow(Base):
+    """The vector of a memory's current content (:mod:`tenxstore.memory.vectors`):
+    float32 little-endian bytes of ``dims`` numbers, by the embedding ``model_id``,
+    written in the memory's own write transaction (0011). Not sealed: see
+    docs/memory.md. On PostgreSQL with pgvector, ``tenxstore memories enable-pgvector``
+    adds a ``vector`` column ``embedding`` beside it (not declared here)."""
+
+    __tablename__ = "memory_vectors"
+
+    memory_id: Mapped[int] = mapped_column(
+        SurrogateKey,
+        ForeignKey("memories.id", ondelete="CASCADE"),
+        primary_key=True,
+        autoincrement=False,
+    )
+    model_id: Mapped[str] = mapped_column(String(255), index=True)
+    dims: Mapped[int]
+    vector: Mapped[bytes] = mapped_column(LongBlob)
+
+
+class MemoryRevisionRow(Base):
+    """A revision every write to one user's namespace writes anew (a random stamp), in
+    the write's transaction (0011): what a cached matrix of vectors is checked against
+    before it is used."""
+
+    __tablename__ = "memory_revisions"
+
+    user_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(255), primary_key=True)
+    revision: Mapped[int] = mapped_column(BigInteger)
 
 
 class Tables(NamedTuple):
@@ -281,6 +373,10 @@ class Tables(NamedTuple):
     store: Table
     lg_blobs: Table
     lg_heads: Table
+    memories: Table
+    memory_versions: Table
+    memory_vectors: Table
+    memory_revisions: Table
 
     @property
     def of_thread(self) -> tuple[Table, ...]:
@@ -297,10 +393,13 @@ class Tables(NamedTuple):
         )
 
 
+@functools.lru_cache(maxsize=256)
 def tables_for(
     id_type: IdType = "string", user_id_type: IdType = "string", schema: str | None = None
 ) -> Tables:
-    """The tables with thread and user id columns of the given types, in ``schema``.
+    """The tables with thread and user id columns of the given types, in ``schema``:
+    one set per process for each (a copy of the metadata costs ~3 ms; the set is never
+    changed, so repositories of one configuration share it).
 
     The repository's statements name the schema directly rather than through the
     engine's ``schema_translate_map``: a translate map is applied to the SQL string of

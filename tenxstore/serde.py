@@ -206,12 +206,41 @@ def encode_state(state: Any) -> str:
     return encode(state, "state")
 
 
+class TooDeep(ValueError):
+    """JSON nested more than :data:`MAX_DEPTH` levels: refused as orjson refuses it."""
+
+
 def decode(text: str | bytes) -> Any:
-    """Decode text written by :func:`encode`."""
-    if isinstance(text, bytes):
-        if text[:1] == b" ":
-            return json.loads(text)
+    """Decode text written by :func:`encode`.
+
+    Raises:
+        ValueError: Not JSON, or nested more than :data:`MAX_DEPTH` levels (on both
+            parsers: orjson refuses that itself; the standard library's is bounded
+            here, where it would otherwise recurse until ``RecursionError``).
+    """
+    stdlib = text[:1] == (b" " if isinstance(text, bytes) else _STDLIB_MARK)
+    if not stdlib:
         return orjson.loads(text)
-    if text[:1] == _STDLIB_MARK:
-        return json.loads(text)
-    return orjson.loads(text)
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise TooDeep(f"JSON nested more than {MAX_DEPTH} levels deep") from None
+    if _deeper_than(value, MAX_DEPTH):
+        raise TooDeep(f"JSON nested more than {MAX_DEPTH} levels deep")
+    return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether containers nest more than ``limit`` deep (an iterative walk: only the
+    standard library's rare texts, with huge integers or non-finite floats, pay it)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth >= limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend(
+                (child, depth + 1) for child in children if isinstance(child, (dict, list))
+            )
+    return False

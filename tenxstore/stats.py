@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, or_, select
+from sqlalchemy import ColumnElement, case, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .errors import ConfigError
@@ -38,6 +38,7 @@ class UserStats:
         messages: Messages.
         tool_executions: Tool-ledger records.
         checkpoints: LangGraph checkpoints.
+        memories: Long-term memories (current versions; not expired or not yet swept).
     """
 
     user_id: Any
@@ -46,6 +47,7 @@ class UserStats:
     messages: int
     tool_executions: int
     checkpoints: int
+    memories: int = 0
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,10 @@ class StoreStats:
         cache_keys: Keys under the cache's prefix (entries and fences), counted with
             ``SCAN``; None without a cache.
         cache_error: Why the keys could not be counted, or None.
+        memories: Long-term memories in all (expired ones not yet swept included).
+        memory_users: Distinct owners of memories.
+        expired_memories: Memories expired and waiting for a sweep
+            (``tenxstore memories sweep``).
     """
 
     backend: str
@@ -112,6 +118,9 @@ class StoreStats:
     free_bytes: int | None
     cache_keys: int | None = None
     cache_error: str | None = None
+    memories: int = 0
+    memory_users: int = 0
+    expired_memories: int = 0
 
 
 class Stats:
@@ -138,6 +147,10 @@ class Stats:
             tables.lg_checkpoints,
             tables.lg_writes,
             tables.lg_blobs,
+            tables.memories,
+            tables.memory_versions,
+            tables.memory_vectors,
+            tables.memory_revisions,
             tables.store,
         ]
         async with store.snapshot() as conn:
@@ -150,6 +163,18 @@ class Stats:
             ).scalar_one():
                 users += 1
             top_users = await self._top_users(conn, top)
+            m = tables.memories
+            memories, memory_users, expired = (
+                await conn.execute(
+                    select(
+                        func.count(),
+                        func.count(func.distinct(m.c.user_id)),
+                        func.coalesce(
+                            func.sum(case((m.c.expires_at <= store.now(), 1), else_=0)), 0
+                        ),
+                    ).select_from(m)
+                )
+            ).one()
             footprint = await store.backend.footprint(conn, store.schema, ours, exact)
         return StoreStats(
             backend=store.backend.name,
@@ -159,6 +184,9 @@ class Stats:
             tables=tuple(TableStats(table.name, *footprint.tables[table.name]) for table in ours),
             database_bytes=footprint.database_bytes,
             free_bytes=footprint.free_bytes,
+            memories=int(memories),
+            memory_users=int(memory_users),
+            expired_memories=int(expired),
         )
 
     async def _top_users(self, conn: AsyncConnection, top: int) -> tuple[UserStats, ...]:
@@ -194,6 +222,11 @@ class Stats:
                 .group_by(t.c.user_id)
             )
             counts[name] = {row[0]: row[1] for row in rows}
+        m = tables.memories
+        held = await conn.execute(
+            select(m.c.user_id, func.count()).where(m.c.user_id.in_(owners)).group_by(m.c.user_id)
+        )
+        counts["memories"] = {row[0]: row[1] for row in held}
         return tuple(
             UserStats(
                 user_id=row.user_id,

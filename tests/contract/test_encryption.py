@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import pickle
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
@@ -18,8 +20,8 @@ from redis.asyncio import Redis
 from sqlalchemy import text
 
 import tenxstore
-from tenxstore import ConfigError, DecryptionError, KeyRing, SerializationError
-from tenxstore.crypto import is_sealed
+from tenxstore import ConfigError, DecryptionError, KeyRing, Life, SerializationError
+from tenxstore.crypto import BLOB, EXPORT, STATE, is_sealed
 from tenxstore.langgraph import TenxCheckpointSaver
 from tenxstore.rotation import arotate_keys
 from tenxstore.serde import encode
@@ -213,9 +215,9 @@ async def test_a_cache_entry_that_does_not_open_is_a_miss(tmp_path: Path) -> Non
         try:
             keys = [k async for k in client.scan_iter(match=f"{backend.key_prefix}:*")]
             [(key, entry)] = [  # the entry (the other key holds a fence)
-                (k, v) for k, v in zip(keys, await client.mget(keys), strict=True) if b"!tx1" in v
+                (k, v) for k, v in zip(keys, await client.mget(keys), strict=True) if b"!tx2" in v
             ]
-            at = entry.index(b"!tx1:test-k1:") + 30  # a base64 character of the ciphertext
+            at = entry.index(b"!tx2:test-k1:") + 30  # a base64 character of the ciphertext
             flipped = b"B" if entry[at : at + 1] == b"A" else b"A"
             await client.set(key, entry[:at] + flipped + entry[at + 1 :])
             assert await cp.aget_state_cache(cfg()) == {"note": MARKER}
@@ -290,7 +292,7 @@ async def test_the_environment_turns_encryption_on(
         await cp.aput_state(cfg(), {"note": MARKER})
         async with cp.engine.connect() as conn:
             stored = (await conn.execute(text("SELECT state_data FROM states"))).scalar()
-        assert stored.startswith("!tx1:envkey:")
+        assert stored.startswith("!tx2:envkey:")
         monkeypatch.setenv("TENXSTORE_KEYS", "broken")
         with pytest.raises(ConfigError):
             tenxstore.CheckpointRepository(f"sqlite+aiosqlite:///{tmp_path / 'e.db'}")
@@ -366,16 +368,17 @@ def test_a_text_envelope_opens_whole_under_its_own_key_only() -> None:
     for sealer, opener in ((ring, other), (other, ring), (ring, ring), (other, other)):
         assert opener.open(sealer.seal(MARKER, "t", "c"), "t", "c") == MARKER
     by_k10 = other.seal(MARKER, "t", "c")
-    assert by_k10.startswith("!tx1:k10:")
-    relabeled = "!tx1:k1:" + by_k10.removeprefix("!tx1:k10:")
-    body = ring.seal(MARKER, "t", "c").removeprefix("!tx1:k1:")
+    assert by_k10.startswith("!tx2:k10:")
+    relabeled = "!tx2:k1:" + by_k10.removeprefix("!tx2:k10:")
+    body = ring.seal(MARKER, "t", "c").removeprefix("!tx2:k1:")
     for stored, why in (
         (relabeled, "authentication failed"),  # the header is bound too
-        ("!tx1:k1", "not a tenxstore envelope"),
-        ("!tx2:k1:" + body, "not a tenxstore envelope"),
-        ("!tx1:k1:" + body[:-4] + "%%%%", "damaged envelope"),
-        ("!tx1:k1:AAAAAAAA", "truncated envelope"),
-        ("!tx1:k2:" + body, "not in the key ring"),
+        ("!tx2:k1", "not a tenxstore envelope"),
+        ("!tx3:k1:" + body, "not a tenxstore envelope"),
+        ("!tx1:k1:" + body, "authentication failed"),  # its format too: no way to a life-free tx1
+        ("!tx2:k1:" + body[:-4] + "%%%%", "damaged envelope"),
+        ("!tx2:k1:AAAAAAAA", "truncated envelope"),
+        ("!tx2:k2:" + body, "not in the key ring"),
     ):
         with pytest.raises(DecryptionError, match=why):
             ring.open(stored, "t", "c")
@@ -532,7 +535,7 @@ async def test_the_cache_serves_an_encrypted_store_only_what_it_sealed(tmp_path:
             [t2] = [k for k in keys if k.endswith(b":t2:alice")]
             # a plaintext entry is dropped and refilled sealed from the database
             assert await cp.aget_state_cache(cfg()) == {"note": MARKER}
-            assert not holds(await raw_redis(backend)) and b"!tx1:" in await client.get(t1)
+            assert not holds(await raw_redis(backend)) and b"!tx2:" in await client.get(t1)
             entry = json.loads(await client.get(t1))
             entry.pop("__checkpoint_sealed__")  # plaintext at the entry's own version
             await client.set(t1, json.dumps({**entry, "note": "forged"}))
@@ -671,3 +674,96 @@ async def test_a_sealed_type_may_be_63_characters(tmp_path: Path) -> None:
             await cp.aimport_thread(export)
         assert await cp.aget_thread(cfg("t1")) is None
         assert (await raw_cells(sealed_store, cp))["lg_checkpoints"] == []
+
+
+# -- the binding to the thread's life, and the envelope before it ----------------
+
+KEY = bytes(range(32))  # TEST_KEYS's "test-k1"
+
+
+def tx1_text_aad(key_id: str, thread_id: Any, column: str) -> bytes:
+    """A ``tx1`` text envelope's associated data, as releases before ``tx2`` made it."""
+    head = f"!tx1:{key_id}:".encode()
+    return b"tenxstore\x00" + head + b"\x00" + column.encode() + b"\x00" + str(thread_id).encode()
+
+
+def tx1_seal(text_: str, thread_id: Any, column: str, key_id: str = "test-k1") -> str:
+    nonce = os.urandom(12)
+    body = AESGCM(KEY).encrypt(nonce, text_.encode(), tx1_text_aad(key_id, thread_id, column))
+    return f"!tx1:{key_id}:" + base64.b64encode(nonce + body).decode()
+
+
+def tx1_open(stored: str, thread_id: Any, column: str, key_id: str = "test-k1") -> str:
+    raw = base64.b64decode(stored.removeprefix(f"!tx1:{key_id}:"))
+    aad = tx1_text_aad(key_id, thread_id, column)
+    return AESGCM(KEY).decrypt(raw[:12], raw[12:], aad).decode()
+
+
+def tx1_typed_open(kind: str, data: bytes, thread_id: Any, column: str) -> bytes:
+    head = b"tx1" + bytes([7]) + b"test-k1"
+    assert data.startswith(head)
+    aad = b"tenxstore\x00" + head + b"\x00" + kind.removeprefix("!").encode() + b"\x00"
+    aad += column.encode() + b"\x00" + str(thread_id).encode()
+    at = len(head)
+    return AESGCM(KEY).decrypt(data[at : at + 12], data[at + 12 :], aad)
+
+
+def test_a_value_opens_only_in_the_life_it_was_sealed_for() -> None:
+    """Incarnation and owner are bound exactly, and unambiguously (the owner is
+    length-prefixed: no incarnation and owner run into another pair); a value bound to
+    no life (an export line) opens only with none; a tx2 header turned into tx1's, to
+    shed the binding, does not open."""
+    life = Life(12, "3")
+    sealed = TEST_KEYS.seal("x", "ta", STATE, life)
+    kind, data = TEST_KEYS.seal_typed("msgpack", b"x", "ta", BLOB, life)
+    assert sealed.startswith("!tx2:test-k1:") and data.startswith(b"tx2\x07test-k1")
+    assert TEST_KEYS.open(sealed, "ta", STATE, Life(12, "3")) == "x"
+    assert TEST_KEYS.open_typed(kind, data, "ta", BLOB, Life(12, "3")) == ("msgpack", b"x")
+    others = [Life(13, "3"), Life(1, "23"), Life(123, ""), Life(12, None), Life(12, "3 "), None]
+    for other in others:
+        with pytest.raises(DecryptionError, match="authentication failed"):
+            TEST_KEYS.open(sealed, "ta", STATE, other)
+        with pytest.raises(DecryptionError, match="authentication failed"):
+            TEST_KEYS.open_typed(kind, data, "ta", BLOB, other)
+    shared = TEST_KEYS.seal("x", "ta", STATE, Life(12, None))  # a thread of no user
+    assert TEST_KEYS.open(shared, "ta", STATE, Life(12, None)) == "x"
+    with pytest.raises(DecryptionError):
+        TEST_KEYS.open(shared, "ta", STATE, Life(12, ""))
+    line = TEST_KEYS.seal("x", "ta", EXPORT, None)
+    assert TEST_KEYS.open(line, "ta", EXPORT, None) == "x"
+    with pytest.raises(DecryptionError):
+        TEST_KEYS.open(line, "ta", EXPORT, Life(1, "a"))
+    with pytest.raises(DecryptionError, match="authentication failed"):
+        TEST_KEYS.open_typed(kind, b"tx1" + data[3:], "ta", BLOB, life)
+    for bad in (Life("12", "3"), Life(True, "3"), Life(None, "3")):  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="incarnation must be an int"):
+            TEST_KEYS.seal("x", "ta", STATE, bad)
+
+
+def test_what_a_release_before_tx2_sealed_opens_and_an_upgrading_ring_seals_it() -> None:
+    """A tx1 envelope (sealed as releases before tx2 sealed it) opens in any life of its
+    thread; a ring with ``envelope="tx1"`` seals what those releases open, for the
+    instances not yet upgraded (its values bind no life)."""
+    old = tx1_seal('{"n":1}', "ta", STATE)
+    for life in (Life(1, "alice"), Life(99, "eve"), None):
+        assert TEST_KEYS.open(old, "ta", STATE, life) == '{"n":1}'
+    with pytest.raises(DecryptionError):
+        TEST_KEYS.open(old, "tb", STATE, Life(1, "alice"))  # still bound to its thread
+    upgrading = KeyRing([("test-k1", KEY)], envelope="tx1")
+    sealed = upgrading.seal("y", "ta", STATE, Life(5, "alice"))
+    assert sealed.startswith("!tx1:test-k1:") and tx1_open(sealed, "ta", STATE) == "y"
+    kind, data = upgrading.seal_typed("msgpack", b"y", "ta", BLOB, Life(5, "alice"))
+    assert tx1_typed_open(kind, data, "ta", BLOB) == b"y"
+    assert TEST_KEYS.open(sealed, "ta", STATE, Life(6, "eve")) == "y"
+    assert upgrading.open(TEST_KEYS.seal("z", "ta", STATE, Life(5, "a")), "ta", STATE, Life(5, "a"))
+    assert pickle.loads(pickle.dumps(upgrading)).envelope == "tx1"
+    assert "envelope='tx1'" in repr(upgrading) and "envelope" not in repr(TEST_KEYS)
+    key = KeyRing.generate_key()
+    env = {"TENXSTORE_KEYS": f"k:{key}", "TENXSTORE_ENVELOPE": "tx1"}
+    assert KeyRing.from_env(env).envelope == "tx1"  # type: ignore[union-attr]
+    assert KeyRing.from_env({"TENXSTORE_KEYS": f"k:{key}"}).envelope == "tx2"  # type: ignore[union-attr]
+    for bad in ({**env, "TENXSTORE_ENVELOPE": "tx3"}, {"TENXSTORE_ENVELOPE": "tx1"}):
+        with pytest.raises(ConfigError, match="TENXSTORE_ENVELOPE"):
+            KeyRing.from_env(bad)
+    with pytest.raises(ConfigError, match="envelope"):
+        KeyRing([("k", key)], envelope="tx0")

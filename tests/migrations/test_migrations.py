@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import os
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from sqlalchemy import create_engine, inspect
 import tenxstore
 from alembic import command
 from tenxstore import migrate
-from tests import services
+from tests import procs, services
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = {
@@ -32,7 +31,20 @@ TABLES = {
     "lg_writes",
     "lg_blobs",
     "lg_heads",
+    "memories",
+    "memory_versions",
+    "memory_vectors",
+    "memory_revisions",
     "tenxstore_store",
+}
+# SQLite's FTS5 keyword index of the memories (0010): a virtual table and its shadows.
+FTS_TABLES = {
+    "memories_fts",
+    "memories_fts_config",
+    "memories_fts_content",
+    "memories_fts_data",
+    "memories_fts_docsize",
+    "memories_fts_idx",
 }
 
 
@@ -40,9 +52,12 @@ async def _tables(url: str, schema: str | None) -> set[str]:
     if url.startswith("sqlite"):
         engine = create_engine(url)
         try:
-            return set(inspect(engine).get_table_names())
+            names = set(inspect(engine).get_table_names())
         finally:
             engine.dispose()
+        fts = names & FTS_TABLES
+        assert fts in (set(), FTS_TABLES)  # all of the index, or none of it
+        return names - FTS_TABLES
     if url.startswith("mysql"):
         import asyncmy  # type: ignore[import-untyped]
 
@@ -163,7 +178,7 @@ def _setup_in_process(url: str, schema: str | None, barrier: Any) -> None:
 @pytest.mark.parametrize("processes", [6])
 async def test_many_processes_set_up_at_once(database: Any, processes: int) -> None:
     url, schema = database
-    ctx = multiprocessing.get_context("spawn")
+    ctx = procs.context()
     barrier = ctx.Barrier(processes)
     workers = [
         ctx.Process(target=_setup_in_process, args=(url, schema, barrier)) for _ in range(processes)
@@ -399,3 +414,41 @@ async def test_langgraph_checkpoints_from_before_0005_read_as_they_did(database:
         assert runs == ["run-c", "run-b"]
     finally:
         await repo.aclose()
+
+
+async def test_0009_marks_a_store_that_holds_sealed_values(
+    database: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0009 records in the store's row whether it holds sealed values: a store in clear
+    is not marked by it; one whose newest rows are sealed is, upgraded again after a
+    downgrade dropped the mark; a checkpointer without keys then refuses to write."""
+    monkeypatch.delenv("TENXSTORE_KEYS", raising=False)
+    url, schema = database
+    config = {"thread_id": "t", "user_id": "u"}
+    plain = tenxstore.CheckpointRepository(url, schema=schema)
+    keyed = tenxstore.CheckpointRepository(
+        url, schema=schema, keys=tenxstore.KeyRing([("k1", bytes(32))])
+    )
+    try:
+        await plain.asetup()
+        await plain.aput_state(config, {"n": 1})
+        await migrate.downgrade(plain.backend, schema=schema, revision="0008_langgraph_heads")
+        await plain.asetup()
+        assert (await plain.acheck()).sealed_since is None
+        assert await plain.aput_state(config, {"n": 2}) == 2
+        await keyed.aput_state(config, {"n": 3})
+        assert (await keyed.acheck()).sealed_since is not None
+        await migrate.downgrade(keyed.backend, schema=schema, revision="0008_langgraph_heads")
+        assert await migrate.current_revision(keyed.engine, schema) == "0008_langgraph_heads"
+        await keyed.asetup()
+        assert (await keyed.acheck()).sealed_since is not None
+        fresh = tenxstore.CheckpointRepository(url, schema=schema)
+        try:
+            with pytest.raises(tenxstore.ConfigError, match="TENXSTORE_KEYS"):
+                await fresh.aput_state(config, {"n": 4})
+        finally:
+            await fresh.aclose()
+        assert await keyed.aget_state(config) == {"n": 3}
+    finally:
+        await plain.aclose()
+        await keyed.aclose()
