@@ -1,0 +1,28 @@
+"""Long-term memory: the documents' fourth layer, facts that carry across threads.
+
+:class:`MemoryStore` keeps each user's memories in the checkpointer's own database
+(tables ``memories`` and ``memory_versions``, made by the same migrations), versioned
+and sealed like every payload, with keyword search on the database's full-text engine.
+See docs/memory.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .validation import DEFAULT_NAMESPACE, MAX_CONTENT_BYTES, MAX_METADATA_BYTES
+
+if TYPE_CHECKING:
+    from .store import MemoryStore
+
+__all__ = ["DEFAULT_NAMESPACE", "MAX_CONTENT_BYTES", "MAX_METADATA_BYTES", "MemoryStore"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported when first asked for: tenxstore.lifecycle uses this package's rows, and
+    # the store imports the repository, which imports tenxstore.lifecycle.
+    if name == "MemoryStore":
+        from .store import MemoryStore
+
+        return MemoryStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

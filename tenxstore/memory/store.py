@@ -1,0 +1,692 @@
+"""MemoryStore: long-term memories of each user, on the checkpointer's own database.
+
+A memory is text (``content``) with a JSON object (``metadata``) under a ``key`` in a
+``namespace`` (a tuple of labels) of one user, versioned: every write is a new version
+under the memory's row lock, compared and swapped, and its past versions are kept
+(``memory_history_limit``). Keyword search runs on the database's full-text engine
+(:mod:`tenxstore.memory.search`); with an embedding, each memory's vector is stored in
+its write's transaction and search is hybrid (:mod:`tenxstore.memory.vectors`). The
+sync twins are in :mod:`tenxstore.memory.sync`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+
+from sqlalchemy import select
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ..backends import Backend
+from ..crypto import KeyRing
+from ..embeddings import Embedding, as_embedding
+from ..errors import ConfigError, MemoryNotFound, StaleStateError
+from ..repository import CheckpointRepository
+from ..store import Store
+from ..telemetry import traced
+from ..types import AuthPolicy, Memory, MemoryHit
+from ..validate import check_bool, check_count, is_int
+from . import hybrid, search
+from .lifecycle import MemoryLifecycle, check_batch_size
+from .rows import MemoryRows, Written
+from .sync import SyncTwins
+from .validation import (
+    DEFAULT_NAMESPACE,
+    check_content,
+    check_filter,
+    check_key,
+    check_metadata,
+    check_namespace,
+    check_offset,
+    check_policy,
+    check_query,
+    check_search_limit,
+    check_threshold,
+    check_ttl,
+    check_user,
+    split,
+)
+from .vectors import Vectors
+
+__all__ = ["MemoryStore"]
+
+_PAGE = 100  # candidates read at a time while a metadata filter drops some
+Mode = Literal["hybrid", "vector", "keyword"]
+_MODES = ("hybrid", "vector", "keyword")
+
+
+def _repository_of(checkpointer: Any) -> CheckpointRepository | None:
+    """The repository a checkpointer is or wraps (``.inner``, as deep as it goes)."""
+    seen = checkpointer
+    for _ in range(8):
+        if isinstance(seen, CheckpointRepository):
+            return seen
+        seen = getattr(seen, "inner", None)
+        if seen is None:
+            return None
+    return None
+
+
+def _live(row: Any, now: datetime) -> bool:
+    """Whether a locked row is not expired at ``now`` (SQLite and MySQL return naive
+    UTC times)."""
+    expires = row.expires_at
+    if expires is None:
+        return True
+    if expires.tzinfo is None:
+        expires = expires.replace(tzinfo=timezone.utc)
+    return bool(expires > now)
+
+
+class MemoryStore(SyncTwins):
+    """Long-term memories, scoped to a user like threads, on a tenxstore database.
+
+    Args:
+        url_or_checkpointer: A database URL as :class:`~tenxstore.CheckpointRepository`
+            takes (``postgresql://``, ``sqlite:///path``, ``mysql://``), ``"memory"``
+            (an in-memory database), an ``AsyncEngine``; or a checkpointer
+            (``CheckpointRepository``, ``CachedCheckpointer``, a preset) whose engine,
+            schema, key ring and isolation the store shares (its tables are in the same
+            database; closing the store leaves the checkpointer open).
+        embedding: Search by meaning: an :class:`~tenxstore.embeddings.Embedding`, a
+            LangChain ``Embeddings`` object or a function of a list of texts to their
+            vectors (see :func:`~tenxstore.embeddings.as_embedding`). Each memory's
+            vector is computed before its write and stored in its transaction, and
+            search is hybrid (vector and keyword ranks fused). None: search is by
+            keyword, and a write of content drops the memory's vector (stale).
+        schema: PostgreSQL schema (a URL only).
+        keys: The :class:`~tenxstore.KeyRing` sealing content and metadata (a URL
+            only; None reads ``TENXSTORE_KEYS``).
+        enforce_user_isolation: Scope every call to its ``user_id`` (a URL: default
+            True; a checkpointer: its own setting, unless given).
+        memory_history_limit: Versions kept of each memory, the current one included.
+        keyword_index: Keep the keyword index (the words of each memory, in clear,
+            beside its sealed content: see docs/memory.md). False: no index is kept and
+            :meth:`asearch` raises ``ConfigError``.
+        **repository_options: Other :class:`~tenxstore.CheckpointRepository` arguments
+            for a URL (``engine_options``, ``lock_timeout``, ``pool_mode``,
+            ``user_id_type``...).
+
+    Raises:
+        ConfigError: An invalid argument, or ``schema``/``keys``/options given with a
+            checkpointer (they are the checkpointer's).
+    """
+
+    def __init__(
+        self,
+        url_or_checkpointer: Any,
+        *,
+        embedding: Any = None,
+        schema: str | None = None,
+        keys: KeyRing | None = None,
+        enforce_user_isolation: bool | None = None,
+        memory_history_limit: int = 20,
+        keyword_index: bool = True,
+        **repository_options: Any,
+    ) -> None:
+        self.embedding: Embedding | None = None if embedding is None else as_embedding(embedding)
+        if not is_int(memory_history_limit) or memory_history_limit < 1:
+            raise ConfigError(
+                f"memory_history_limit must be an int of at least 1, not {memory_history_limit!r}"
+            )
+        self.keyword_index = check_bool("keyword_index", keyword_index)
+        if enforce_user_isolation is not None:
+            check_bool("enforce_user_isolation", enforce_user_isolation)
+        if isinstance(url_or_checkpointer, (str, URL, AsyncEngine)):
+            url = url_or_checkpointer
+            if isinstance(url, str) and url == "memory":
+                url = "sqlite+aiosqlite://"
+            self.repository = CheckpointRepository(
+                url,
+                schema=schema,
+                keys=keys,
+                enforce_user_isolation=True
+                if enforce_user_isolation is None
+                else enforce_user_isolation,
+                **repository_options,
+            )
+            self._owns = True
+        else:
+            repository = _repository_of(url_or_checkpointer)
+            if repository is None:
+                raise ConfigError(
+                    "url_or_checkpointer must be a database URL, an AsyncEngine or a "
+                    f"tenxstore checkpointer, not {type(url_or_checkpointer).__name__}"
+                )
+            given = [n for n, v in (("schema", schema), ("keys", keys)) if v is not None]
+            if given or repository_options:
+                names = ", ".join([*given, *repository_options])
+                raise ConfigError(
+                    f"{names}: a store made from a checkpointer shares its database, "
+                    "schema and key ring; give them to the checkpointer"
+                )
+            self.repository = repository
+            self._owns = False
+        store: Store = self.repository._store
+        self._store = store
+        self.enforce_user_isolation = (
+            store.settings.enforce_user_isolation
+            if enforce_user_isolation is None
+            else enforce_user_isolation
+        )
+        self.memory_history_limit = memory_history_limit
+        self._rows = MemoryRows(store, memory_history_limit)
+        self.lifecycle = MemoryLifecycle(store, self._rows)
+        """Sweeps and bulk deletes (:class:`~tenxstore.memory.lifecycle.MemoryLifecycle`)."""
+        self._vectors = (
+            None if self.embedding is None else Vectors(store, self._rows, self.embedding)
+        )
+
+    def with_embedding(self, embedding: Any) -> MemoryStore:
+        """This store's memories (its database, key ring, isolation, history limit and
+        keyword index) searched with ``embedding``: a store of its own that shares this
+        one's connections (closing it leaves them open)."""
+        other = MemoryStore(
+            self.repository,
+            embedding=embedding,
+            enforce_user_isolation=self.enforce_user_isolation,
+            memory_history_limit=self.memory_history_limit,
+            keyword_index=self.keyword_index,
+        )
+        return other
+
+    @property
+    def backend(self) -> Backend:
+        """The backend of the database the memories are in (the checkpointer's)."""
+        return self._store.backend
+
+    @property
+    def keys(self) -> KeyRing | None:
+        """The key ring content and metadata are sealed with, or None."""
+        return self._store.keys
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def asetup(self) -> None:
+        """Migrate the database to head (the checkpointer's migrations, which make the
+        memories' tables); idempotent and safe from many processes."""
+        await self.repository.asetup()
+        if self._vectors is not None:
+            await self._vectors.check_model()
+
+    def setup(self) -> None:
+        """Synchronous :meth:`asetup`, with or without a running event loop."""
+        self.repository.setup()
+        if self._vectors is not None:
+            from .sync import _blocking
+
+            _blocking(self._vectors.check_model(), "asetup")
+
+    async def aclose(self) -> None:
+        """Close the connections, if the store opened them (one made from a
+        checkpointer leaves it open)."""
+        if self._owns:
+            await self.repository.aclose()
+
+    async def __aenter__(self) -> MemoryStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- the arguments of a call -----------------------------------------------------
+
+    def _isolated(self, auth_policy: AuthPolicy | None) -> bool:
+        policy = check_policy(auth_policy)
+        return self.enforce_user_isolation if policy is None else policy.enforce_user_isolation
+
+    def _owner(self, user_id: Any, auth_policy: AuthPolicy | None) -> Any:
+        """The user of a call that names one memory: required, isolated or not."""
+        self._isolated(auth_policy)
+        return check_user(user_id, self._store.settings.user_id_type)
+
+    def _users(self, user_id: Any, auth_policy: AuthPolicy | None) -> Any:
+        """The user a listing or search is scoped to; None (every user's) when
+        isolation does not apply to the call."""
+        kind = self._store.settings.user_id_type
+        if self._isolated(auth_policy):
+            return check_user(user_id, kind)
+        check_user(user_id, kind, optional=True)
+        return None
+
+    def _written(
+        self, content: Any, metadata: Any, ttl: Any = None, *, keep_metadata: bool = False
+    ) -> Written:
+        now = self._store.now()
+        text = None if content is None else check_content(content)
+        meta = None if metadata is None and keep_metadata else check_metadata(metadata)
+        terms = None
+        if text is not None and self.keyword_index:
+            terms = self._store.backend.keywords.terms(search.indexed_words(content))
+        return Written(text, meta, terms, now, check_ttl(ttl, now))
+
+    async def _vector(self, text: str | None, embed: bool | str) -> bytes | None:
+        """The stored form of a write's vector (None: none to write), computed before
+        its transaction: ``embed`` True embeds ``text``, a str embeds that instead."""
+        if self._vectors is None or text is None or embed is False:
+            return None
+        await self._vectors.check_model()
+        return (await self._vectors.embed([text if embed is True else embed]))[0]
+
+    async def _has_vector(self, owner: Any, ns: str, name: str) -> bool:
+        """Whether the memory has a vector now (read before an update's transaction,
+        which embeds before it; a memory not found is the update's to report)."""
+        rows = self._rows
+        m, vt = rows.m, rows.vt
+        clauses = rows.scope(owner, ns, self._store.now(), exact=True)
+        found = await self._store.read(
+            select(vt.c.memory_id)
+            .select_from(m.join(vt, vt.c.memory_id == m.c.id))
+            .where(*clauses, m.c.memory_key == name)
+        )
+        return bool(found)
+
+    async def _write_vector(
+        self, conn: Any, memory_id: int, vector: bytes | None, *, content_written: bool
+    ) -> None:
+        if vector is not None:
+            assert self._vectors is not None
+            await self._vectors.write(conn, memory_id, vector)
+        elif content_written:  # the old vector is of other content: no vector now
+            vt = self._rows.vt
+            await conn.execute(vt.delete().where(vt.c.memory_id == memory_id))
+
+    # -- the documents' methods ------------------------------------------------------
+
+    @traced(write=True, prefix="memory.")
+    async def astore(
+        self,
+        user_id: Any,
+        content: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
+        key: str | None = None,
+        ttl: float | timedelta | None = None,
+        auth_policy: AuthPolicy | None = None,
+        embed: bool | str = True,
+    ) -> Memory:
+        """Store a memory: without ``key``, a new one under a generated key; with a
+        ``key``, an upsert — a new memory, or the next version of the one there
+        (``created_at`` kept, the TTL set anew).
+
+        Args:
+            user_id: The owner.
+            content: The text (at most 2 MiB of UTF-8).
+            metadata: A JSON object (None: ``{}``).
+            namespace: Its labels (non-empty strings without ``.``).
+            key: Its id in the namespace (1-255 characters); None generates one.
+            ttl: Seconds (int or float) or a ``timedelta`` until it expires; None
+                keeps it until deleted.
+            auth_policy: Server code's :class:`AuthPolicy` for this call.
+            embed: With an embedding: True stores the vector of ``content``; a str,
+                the vector of that text instead (what LangGraph's ``fields`` pick);
+                False, no vector (the memory is then found by keyword only).
+
+        Returns:
+            The memory as stored.
+
+        Raises:
+            ConfigError: A bad user id, key, namespace or ttl (nothing is written).
+            SerializationError: Content or metadata that cannot be stored.
+            EmbeddingError: The embedding raised or returned no proper vector
+                (nothing is written).
+        """
+        owner = self._owner(user_id, auth_policy)
+        ns = check_namespace(namespace)
+        name = uuid.uuid4().hex if key is None else check_key(key)
+        written = self._written(content, metadata, ttl)
+        if not isinstance(embed, (bool, str)):
+            raise ConfigError(f"embed must be True, False or a text, not {embed!r}")
+        # the caller's text, as areembed and TenxStore embed it (written.content is
+        # its stored, JSON-encoded form)
+        vector = await self._vector(content, embed)
+        rows = self._rows
+        async with self._store.write_rows(rows.lock, rows.one(owner, ns, name)) as (conn, row):
+            if row is not None and not _live(row, written.now):
+                await rows.remove(conn, [row.id])  # expired: that memory is gone
+                row = None
+            stored = None
+            if row is None:
+                row, made = await rows.create(conn, owner, ns, name, written)
+                if made:
+                    stored = row
+                # else another writer made it since our lock found nothing: its next version
+            if stored is None:
+                stored = await rows.replace(conn, row, written, keep_expiry=False)
+            await self._write_vector(conn, stored.id, vector, content_written=True)
+        return rows.memory(stored)
+
+    @traced(prefix="memory.")
+    async def aget(
+        self,
+        user_id: Any,
+        key: str,
+        *,
+        namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
+        auth_policy: AuthPolicy | None = None,
+    ) -> Memory | None:
+        """The memory, or None (never stored, deleted, expired, or another user's)."""
+        owner = self._owner(user_id, auth_policy)
+        ns, name = check_namespace(namespace), check_key(key)
+        rows = self._rows
+        m = rows.m
+        clauses = rows.scope(owner, ns, self._store.now(), exact=True)
+        found = await self._store.read(select(*m.c).where(*clauses, m.c.memory_key == name))
+        return rows.memory(found[0]) if found else None
+
+    @traced(write=True, prefix="memory.")
+    async def aupdate(
+        self,
+        user_id: Any,
+        key: str,
+        *,
+        content: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        expected_version: int | None = None,
+        namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
+        auth_policy: AuthPolicy | None = None,
+        embed: bool | str | None = None,
+    ) -> Memory:
+        """Replace a memory's content and/or metadata (None keeps it): its next
+        version, keeping its expiry.
+
+        Args:
+            expected_version: The version the caller read: the update is a
+                compare-and-swap on it (None: whatever the version is).
+            embed: With an embedding and new ``content``, as ``astore``'s: True
+                stores the vector of ``content``, a str the vector of that text,
+                False no vector. None (the default) keeps the memory's choice: a
+                memory that has a vector gets the new content's, one without a
+                vector (stored with ``embed=False``) gets none.
+
+        Raises:
+            ConfigError: Neither ``content`` nor ``metadata`` given, or bad arguments.
+            MemoryNotFound: No such memory (deleted, expired, or another user's).
+            StaleStateError: The memory is not at ``expected_version``
+                (``expected_version``, ``actual_version``; ``key`` and ``namespace``
+                name the memory); nothing was written.
+        """
+        owner = self._owner(user_id, auth_policy)
+        ns, name = check_namespace(namespace), check_key(key)
+        if content is None and metadata is None:
+            raise ConfigError("aupdate needs content= or metadata= (or both)")
+        if expected_version is not None:
+            expected_version = check_count("expected_version", expected_version)
+        written = self._written(content, metadata, keep_metadata=True)
+        if embed is not None and not isinstance(embed, (bool, str)):
+            raise ConfigError(f"embed must be True, False, a text or None, not {embed!r}")
+        if embed is None and content is not None and self._vectors is not None:
+            embed = await self._has_vector(owner, ns, name)
+        vector = await self._vector(content, True if embed is None else embed)
+        rows = self._rows
+        async with self._store.write_rows(rows.lock, rows.one(owner, ns, name)) as (conn, row):
+            if row is None or not _live(row, written.now):
+                raise MemoryNotFound(name, split(ns))
+            if expected_version is not None and row.version != expected_version:
+                stale = StaleStateError(
+                    name,
+                    expected_version,
+                    row.version,
+                    message=f"memory {name!r} in namespace {split(ns)!r} is at version "
+                    f"{row.version}, not {expected_version}: another writer updated it "
+                    "first; read it again and retry",
+                )
+                vars(stale).update(key=name, namespace=split(ns))  # thread_id holds it too
+                raise stale
+            stored = await rows.replace(conn, row, written, keep_expiry=True)
+            await self._write_vector(
+                conn, stored.id, vector, content_written=written.content is not None
+            )
+        return rows.memory(stored)
+
+    @traced(write=True, prefix="memory.")
+    async def adelete(
+        self,
+        user_id: Any,
+        key: str,
+        *,
+        namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
+        auth_policy: AuthPolicy | None = None,
+    ) -> bool:
+        """Delete a memory and its history; False when there was none (an expired one
+        is deleted too, and was already gone)."""
+        owner = self._owner(user_id, auth_policy)
+        ns, name = check_namespace(namespace), check_key(key)
+        rows = self._rows
+        now = self._store.now()
+        lock = rows.one(owner, ns, name)
+        async with self._store.write_rows(rows.lock, lock, deletes_only=True) as (conn, row):
+            if row is None:
+                return False
+            await rows.remove(conn, [row.id])
+        return _live(row, now)
+
+    @traced(prefix="memory.")
+    async def ahistory(
+        self,
+        user_id: Any,
+        key: str,
+        *,
+        namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
+        auth_policy: AuthPolicy | None = None,
+    ) -> list[Memory]:
+        """The memory's versions, newest first (the current one first), at most
+        ``memory_history_limit``; [] when there is no such memory."""
+        owner = self._owner(user_id, auth_policy)
+        ns, name = check_namespace(namespace), check_key(key)
+        async with self._store.snapshot() as conn:
+            return await self._rows.history(conn, owner, ns, name, self._store.now())
+
+    @traced(prefix="memory.")
+    async def alist(
+        self,
+        user_id: Any,
+        *,
+        namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
+        limit: int = 50,
+        offset: int = 0,
+        auth_policy: AuthPolicy | None = None,
+    ) -> list[Memory]:
+        """The memories in ``namespace`` and the namespaces under it, most recently
+        written first (every user's when isolation does not apply to the call)."""
+        users = self._users(user_id, auth_policy)
+        ns = check_namespace(namespace, empty=True)
+        limit, offset = check_search_limit(limit), check_offset(offset)
+        rows = self._rows
+        m = rows.m
+        stmt = (
+            select(*m.c)
+            .where(*rows.scope(users, ns, self._store.now()))
+            .order_by(m.c.updated_at.desc(), m.c.id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        return [rows.memory(row) for row in await self._store.read(stmt)]
+
+    @traced(prefix="memory.")
+    async def alist_namespaces(
+        self,
+        user_id: Any,
+        *,
+        prefix: tuple[str, ...] | None = None,
+        suffix: tuple[str, ...] | None = None,
+        max_depth: int | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        auth_policy: AuthPolicy | None = None,
+    ) -> list[tuple[str, ...]]:
+        """The namespaces holding the user's memories, sorted: those under ``prefix``
+        and ending with ``suffix`` (labels compared whole and exactly), each cut to
+        ``max_depth`` labels (then listed once)."""
+        users = self._users(user_id, auth_policy)
+        start = None if prefix is None else check_namespace(prefix, "prefix", empty=True)
+        if suffix is not None:
+            check_namespace(suffix, "suffix", empty=True)
+            suffix = tuple(suffix)
+        if max_depth is not None and (not is_int(max_depth) or max_depth < 1):
+            raise ConfigError(f"max_depth must be an int of at least 1, not {max_depth!r}")
+        limit, offset = check_search_limit(limit), check_offset(offset)
+        rows = self._rows
+        m = rows.m
+        stmt = select(m.c.namespace).where(*rows.scope(users, start, self._store.now()))
+        found: set[tuple[str, ...]] = set()
+        for row in await self._store.read(stmt.distinct()):
+            labels = split(row.namespace)
+            if suffix and labels[-len(suffix) :] != suffix:
+                continue
+            found.add(labels if max_depth is None else labels[:max_depth])
+        return sorted(found)[offset : offset + limit]
+
+    @traced(prefix="memory.")
+    async def asearch(
+        self,
+        user_id: Any,
+        query: str,
+        *,
+        namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
+        limit: int = 5,
+        score_threshold: float = 0.0,
+        filter: dict[str, Any] | None = None,
+        auth_policy: AuthPolicy | None = None,
+        mode: Mode | None = None,
+    ) -> list[MemoryHit]:
+        """The memories in ``namespace`` (and under it) closest to ``query``, best
+        first, scores in [0, 1] and at least ``score_threshold``; ``filter`` on the
+        metadata (a value: equality; or ``$eq $ne $gt $gte $lt $lte $in``).
+
+        Args:
+            mode: ``"keyword"``: the memories holding words of the query, ranked by
+                the database's full-text engine (normalised within the query, a
+                phrase of the query first; a query with no word finds nothing).
+                ``"vector"``: by cosine similarity ``c`` of their vectors, score
+                ``(1 + c) / 2``. ``"hybrid"``: both rankings fused by reciprocal rank
+                fusion over the union of their candidates (a memory only one of them
+                finds is kept), score the fused rank over the best one possible.
+                None: hybrid with an embedding, keyword without.
+
+        Raises:
+            ConfigError: Bad arguments; ``"vector"``/``"hybrid"`` without an
+                embedding; keyword search on a store that keeps no keyword index.
+            EmbeddingError: The embedding failed on the query.
+        """
+        users = self._users(user_id, auth_policy)
+        ns = check_namespace(namespace, empty=True)
+        text = check_query(query)
+        limit = check_search_limit(limit)
+        threshold = check_threshold(score_threshold)
+        keep = check_filter(filter)
+        if mode is None:
+            mode = "keyword" if self._vectors is None else "hybrid"
+        elif mode not in _MODES:
+            raise ConfigError(f"mode must be 'hybrid', 'vector' or 'keyword', not {mode!r}")
+        if mode != "keyword" and self._vectors is None:
+            raise ConfigError(
+                f"mode={mode!r} searches by meaning: give the store an embedding "
+                "(MemoryStore(..., embedding=...)), or search with mode='keyword'"
+            )
+        if mode == "keyword":
+            if not self.keyword_index:
+                raise ConfigError(
+                    "this store keeps no keyword index (keyword_index=False): keyword "
+                    "search needs it" + ("" if self._vectors else "; or give it an embedding")
+                )
+            return await self._keyword_search(users, ns, text, limit, threshold, keep)
+        if not limit:
+            return []
+        return await self._vector_search(users, ns, text, limit, threshold, keep, mode)
+
+    async def _keyword_search(
+        self, users: Any, ns: str, text: str, limit: int, threshold: float, keep: Any
+    ) -> list[MemoryHit]:
+        found = search.query_words(text)
+        if not found or not limit:
+            return []
+        store, rows = self._store, self._rows
+        stmt = search.ranked(
+            store.backend.keywords, rows.m, found, rows.scope(users, ns, store.now())
+        )
+        hits: list[MemoryHit] = []
+        page = limit if keep is None else max(limit, _PAGE)
+        async with store.snapshot() as conn:
+            for start in range(0, 2**62, page):
+                batch = (await conn.execute(stmt.limit(page).offset(start))).all()
+                for row in batch:
+                    score = min(1.0, max(0.0, float(row.score)))
+                    if score < threshold:
+                        return hits  # best first: every later one is lower
+                    memory = rows.memory(row)
+                    if keep is None or keep(memory.metadata):
+                        hits.append(MemoryHit(memory, score))
+                        if len(hits) == limit:
+                            return hits
+                if len(batch) < page:
+                    return hits
+        return hits
+
+    async def _vector_search(
+        self,
+        users: Any,
+        ns: str,
+        text: str,
+        limit: int,
+        threshold: float,
+        keep: Any,
+        mode: str,
+    ) -> list[MemoryHit]:
+        return await hybrid.search_by_meaning(self, users, ns, text, limit, threshold, keep, mode)
+
+    @traced(write=True, prefix="memory.")
+    async def areembed(
+        self,
+        embedding: Any = None,
+        *,
+        batch_size: int = 100,
+        text_of: Any = None,
+        missing: bool = False,
+    ) -> int:
+        """Redo the vectors of every live memory that has a vector of another model
+        or dims than ``embedding``'s, ``batch_size`` at a time: each batch embedded, then written in
+        its own short transaction (a memory written meanwhile is left as its writer
+        left it). Stopped halfway, it resumes where it stopped when called again (the
+        memories done hold the new model's vectors). Every user's memories.
+
+        Args:
+            embedding: The embedding (None: this store's own).
+            batch_size: Memories per batch (1 to 5000).
+            text_of: A function of a :class:`Memory` to the text to embed (None: its
+                content; a result of None or "": no vector for that memory, its old
+                one deleted).
+            missing: Also embed the memories that have no vector at all (after an
+                import, or memories stored before the store had an embedding). Off
+                by default: a memory stored with ``embed=False`` has no vector
+                either, and reembed never gives an opted-out memory one unless
+                asked to.
+
+        Returns:
+            How many vectors were written.
+
+        Raises:
+            ConfigError: No embedding, or a bad ``batch_size``.
+            EmbeddingError: The embedding failed (the batches before it are kept).
+        """
+        batch_size = check_batch_size(batch_size)
+        chosen = self.embedding if embedding is None else as_embedding(embedding)
+        if chosen is None:
+            raise ConfigError("areembed needs an embedding (or a store that has one)")
+        if not isinstance(missing, bool):
+            raise ConfigError(f"missing must be True or False, not {missing!r}")
+        return await hybrid.reembed(self, chosen, batch_size, text_of, missing)
+
+    @traced(write=True, prefix="memory.")
+    async def asweep_expired(self, *, batch_size: int = 500) -> int:
+        """Delete the expired memories with their history, ``batch_size`` at a time
+        (each batch its own short transaction); how many. Expired memories are never
+        returned before a sweep either: the sweep only takes their rows away.
+
+        Raises:
+            ConfigError: ``batch_size`` is not from 1 to 5000.
+        """
+        return await self.lifecycle.asweep_expired(batch_size)

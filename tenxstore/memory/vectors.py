@@ -1,0 +1,430 @@
+"""Vectors of memories: embedded before a write, stored in its transaction, searched
+exactly in numpy over a cached matrix (or by pgvector's HNSW where it is enabled).
+
+A memory's vector is ``dims`` float32 numbers (little-endian bytes in
+``memory_vectors.vector``) with the embedding's ``model_id`` and ``dims``; a store
+searches only the vectors of its own model, and one opened with another model than
+the vectors already stored raises :class:`~tenxstore.errors.ConfigError` until
+:meth:`~tenxstore.MemoryStore.areembed` has redone them.
+
+Exact search reads the vectors of one (user, namespace prefix) once per process into
+a matrix (rows normalised: cosine similarity is one matrix-vector product), kept in a
+bounded LRU cache (:data:`CACHE`). Every write to a (user, namespace) writes a new
+revision (a random stamp) into its row of ``memory_revisions``, in the write's own
+transaction; a search reads those revisions
+in the same snapshot as it would read the matrix, and uses the cached one only when
+they are the ones it was built at — so no process ever searches a stale matrix, and
+a cached one costs one indexed read of a few rows. The expiry of every row is kept in
+the matrix and applied at each search.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import String, bindparam, delete, func, insert, or_, select
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..backends.pgvector import PgVector, astatus, ensure_index
+from ..embeddings import Embedding
+from ..errors import ConfigError, EmbeddingError
+from ..store import Store
+from .rows import MemoryRows
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+__all__ = ["CACHE", "MatrixCache", "Vectors", "numpy"]
+
+log = logging.getLogger(__name__)
+
+RRF_K = 60
+"""The constant of reciprocal rank fusion (Cormack et al.): 1 / (K + rank)."""
+
+
+def numpy() -> Any:
+    """numpy, imported when first needed (``pip install 'tenxstore[vectors]'``)."""
+    try:
+        import numpy
+    except ImportError as exc:  # pragma: no cover - numpy is in the extra
+        raise ConfigError(
+            "search by meaning needs numpy: pip install 'tenxstore[vectors]'"
+        ) from exc
+    return numpy
+
+
+def _epoch(when: datetime | None) -> float:
+    if when is None:
+        return math.inf
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
+class Matrix:
+    """The vectors of one scope at one set of revisions: ids, unit rows, expiries."""
+
+    __slots__ = ("expires", "ids", "rows", "size")
+
+    def __init__(self, ids: Any, rows: Any, expires: Any) -> None:
+        self.ids, self.rows, self.expires = ids, rows, expires
+        self.size = int(ids.nbytes + rows.nbytes + expires.nbytes)
+
+
+class MatrixCache:
+    """A bounded LRU of matrices, shared by the stores of a process (thread-safe).
+
+    Args:
+        max_entries: Matrices kept at most.
+        max_bytes: Their bytes at most (a matrix larger than this is never kept).
+    """
+
+    def __init__(self, max_entries: int = 64, max_bytes: int = 256 * 1024 * 1024) -> None:
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self._entries: OrderedDict[Any, tuple[Any, Matrix]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def get(self, key: Any, revisions: Any) -> Matrix | None:
+        """The matrix of ``key`` if it was built at exactly ``revisions``."""
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None or found[0] != revisions:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return found[1]
+
+    def put(self, key: Any, revisions: Any, matrix: Matrix) -> None:
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1].size
+            if matrix.size > self.max_bytes:
+                return
+            self._entries[key] = (revisions, matrix)
+            self._bytes += matrix.size
+            while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self._bytes -= dropped.size
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+CACHE = MatrixCache()
+"""The process's matrices (see the module)."""
+
+
+class Vectors:
+    """The vectors of one :class:`~tenxstore.MemoryStore` with an embedding."""
+
+    def __init__(self, store: Store, rows: MemoryRows, embedding: Embedding) -> None:
+        self.store, self.rows, self.embedding = store, rows, embedding
+        self.model_id, self.dims = embedding.model_id, embedding.dims
+        self.t = store.tables.memory_vectors
+        self.checked = False
+        self.pg: PgVector | None = None  # pgvector's column, when enabled: written
+        self.hnsw = False  # and this model's HNSW index, searched (else exact search)
+
+    # -- embedding, before any transaction -------------------------------------------
+
+    def as_array(self, found: Any, count: int) -> npt.NDArray[np.float32]:
+        """What the embedding returned for ``count`` texts, checked: (count, dims)
+        finite float32 numbers."""
+        np = numpy()
+        what = f"embedding {self.model_id!r}"
+        try:
+            array = np.asarray(found, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise EmbeddingError(
+                f"{what} returned something that is not a list of vectors of numbers: {exc}",
+                self.model_id,
+            ) from None
+        if array.shape != (count, self.dims):
+            raise EmbeddingError(
+                f"{what} returned vectors of shape {array.shape} for {count} text(s), not "
+                f"({count}, {self.dims}): its dims is {self.dims}",
+                self.model_id,
+            )
+        if not np.isfinite(array).all():
+            raise EmbeddingError(f"{what} returned a NaN or infinite number", self.model_id)
+        return array  # type: ignore[no-any-return]
+
+    async def embed(self, texts: list[str]) -> list[bytes]:
+        """The stored form of the texts' vectors (float32 little-endian)."""
+        if not texts:
+            return []
+        try:
+            found = await self.embedding.aembed_documents(texts)
+        except Exception as exc:
+            raise EmbeddingError(
+                f"embedding {self.model_id!r} raised {type(exc).__name__}: {exc}", self.model_id
+            ) from exc
+        array = self.as_array(found, len(texts)).astype("<f4", copy=False)
+        return [row.tobytes() for row in array]
+
+    async def query(self, text: str) -> npt.NDArray[np.float32]:
+        """The unit vector of a query."""
+        try:
+            found = await self.embedding.aembed_query(text)
+        except Exception as exc:
+            raise EmbeddingError(
+                f"embedding {self.model_id!r} raised {type(exc).__name__}: {exc}", self.model_id
+            ) from exc
+        vector = self.as_array([found], 1)[0]
+        norm = float(numpy().linalg.norm(vector))
+        unit: npt.NDArray[np.float32] = vector / norm if norm > 0 else vector
+        return unit
+
+    # -- the model of the vectors stored ------------------------------------------------
+
+    async def check_model(self, conn: AsyncConnection | None = None) -> None:
+        """The vectors stored are of this model and dims: checked once per store, and
+        again (in ``conn``'s snapshot) whenever a search reads a matrix anew, so a
+        store whose vectors another process redid with another model says so.
+
+        Raises:
+            ConfigError: Some are another model's, or of other dims.
+        """
+        if self.checked and conn is None:
+            return
+        t, m = self.t, self.rows.m
+        stmt = (
+            select(t.c.model_id, t.c.dims)
+            .select_from(t.join(m, m.c.id == t.c.memory_id))
+            .where((t.c.model_id != self.model_id) | (t.c.dims != self.dims))
+            .where(self.rows.live(self.store.now()))  # an expired memory's never counts
+            .limit(1)
+        )
+        other = (await conn.execute(stmt)).all() if conn else await self.store.read(stmt)
+        if other:
+            found = other[0]
+            raise ConfigError(
+                f"the database holds vectors of embedding {found.model_id!r} ({found.dims} "
+                f"dims), and this store's embedding is {self.model_id!r} ({self.dims} dims): "
+                "vectors of two models are never compared; open the store with that "
+                "embedding, or redo the vectors with this one (await store.areembed("
+                "embedding), or `tenxstore memories reembed`)"
+            )
+        if not self.checked:
+            await self.detect()
+        self.checked = True
+
+    async def detect(self) -> None:
+        """On PostgreSQL: whether the schema has pgvector's column (``tenxstore
+        memories enable-pgvector``) and the server iterative scans; if so, this
+        model's HNSW index is made if missing, and searches use it."""
+        backend = self.store.backend
+        if not backend.vector_extension:
+            return
+        async with backend.connect() as conn, conn.begin():
+            status = await astatus(conn, self.store.schema)
+            if not (status.enabled and status.iterative):
+                return
+            assert status.extension_schema is not None
+            pg = PgVector(self.store.schema, status.extension_schema)
+            self.pg = pg  # the column is written with every vector, index or not
+            try:
+                async with conn.begin_nested():
+                    self.hnsw = await ensure_index(conn, pg, self.model_id, self.dims)
+            except DBAPIError as exc:  # a role that does not own the table
+                log.warning(
+                    "pgvector: the HNSW index of embedding %r (%d dims) is missing and "
+                    "could not be made (%s): searching exactly; run `tenxstore memories "
+                    "enable-pgvector` as the tables' owner to make it",
+                    self.model_id,
+                    self.dims,
+                    str(exc.orig).strip().splitlines()[0] if exc.orig else exc,
+                )
+                self.hnsw = False
+
+    # -- the steps of a write (in its transaction) ---------------------------------------
+
+    async def write(self, conn: AsyncConnection, memory_id: int, vector: bytes) -> None:
+        """The memory's vector is ``vector`` (its old one replaced)."""
+        t = self.t
+        await conn.execute(delete(t).where(t.c.memory_id == memory_id))
+        await conn.execute(
+            insert(t),
+            {
+                "memory_id": memory_id,
+                "model_id": self.model_id,
+                "dims": self.dims,
+                "vector": vector,
+            },
+        )
+        if self.pg is not None:
+            floats = numpy().frombuffer(vector, dtype="<f4").tolist()
+            await self.pg.write(conn, memory_id, floats)
+
+    # -- exact search ------------------------------------------------------------------
+
+    def _scope(self, users: Any, namespace: str | None) -> list[Any]:
+        m = self.rows.m
+        clauses: list[Any] = []
+        if users is not None:
+            clauses.append(m.c.user_id == users)
+        if namespace:
+            clauses.append(self.rows.within(namespace))
+        return clauses
+
+    async def revisions(self, conn: AsyncConnection, users: Any, namespace: str | None) -> Any:
+        """The revisions of the scope's (user, namespace) rows, as one comparable value."""
+        r = self.rows.r
+        clauses: list[Any] = []
+        if users is not None:
+            clauses.append(r.c.user_id == users)
+        if namespace:
+            under = namespace + "."
+            clauses.append(
+                or_(
+                    r.c.namespace == namespace,
+                    func.substr(r.c.namespace, 1, len(under))
+                    == bindparam(None, under, type_=String()),
+                )
+            )
+        found = await conn.execute(select(r.c.user_id, r.c.namespace, r.c.revision).where(*clauses))
+        return frozenset((str(u), ns, int(rev)) for u, ns, rev in found)
+
+    async def matrix(self, conn: AsyncConnection, users: Any, namespace: str | None) -> Matrix:
+        """The scope's matrix, from the cache when it is current (see the module)."""
+        key = (self.store.store_id, repr(users), namespace or "", self.model_id, self.dims)
+        revisions = await self.revisions(conn, users, namespace)
+        cached = CACHE.get(key, revisions)
+        if cached is not None:
+            return cached
+        await self.check_model(conn)
+        np = numpy()
+        m, t = self.rows.m, self.t
+        stmt = (
+            select(t.c.memory_id, t.c.vector, m.c.expires_at)
+            .select_from(t.join(m, m.c.id == t.c.memory_id))
+            .where(*self._scope(users, namespace), t.c.model_id == self.model_id)
+            .where(t.c.dims == self.dims)
+        )
+        found = (await conn.execute(stmt)).all()
+        ids = np.fromiter((r.memory_id for r in found), dtype=np.int64, count=len(found))
+        rows = np.frombuffer(b"".join(r.vector for r in found), dtype="<f4").astype(np.float32)
+        rows = rows.reshape(len(found), self.dims)
+        norms = np.linalg.norm(rows, axis=1, keepdims=True)
+        rows = rows / np.where(norms > 0, norms, 1.0)
+        expires = np.fromiter((_epoch(r.expires_at) for r in found), np.float64, len(found))
+        built = Matrix(ids, rows, expires)
+        CACHE.put(key, revisions, built)
+        return built
+
+    async def nearest(
+        self,
+        conn: AsyncConnection,
+        users: Any,
+        namespace: str | None,
+        query: npt.NDArray[np.float32],
+        count: int,
+        now: datetime,
+    ) -> list[tuple[int, float]]:
+        """The ``count`` memories closest to ``query`` (unit), not expired at ``now``:
+        (memory id, cosine similarity), closest first."""
+        if self.pg is not None and self.hnsw:
+            found = await self._nearest_pg(conn, users, namespace, query, count, now)
+            if found is not None:
+                return found
+        return await self._nearest_exact(conn, users, namespace, query, count, now)
+
+    async def _nearest_exact(
+        self,
+        conn: AsyncConnection,
+        users: Any,
+        namespace: str | None,
+        query: npt.NDArray[np.float32],
+        count: int,
+        now: datetime,
+    ) -> list[tuple[int, float]]:
+        """Exact search: the scope's matrix times the query."""
+        np = numpy()
+        found = await self.matrix(conn, users, namespace)
+        if not len(found.ids) or count <= 0:
+            return []
+        sims = found.rows @ query
+        alive = found.expires > now.timestamp()
+        sims = np.where(alive, sims, -np.inf)
+        live = int(alive.sum())
+        count = min(count, live)
+        if count <= 0:
+            return []
+        if count < len(sims):
+            top = np.argpartition(-sims, count - 1)[:count]
+        else:
+            top = np.arange(len(sims))
+        # closest first; among equals the most recently made (a larger id)
+        order = top[np.lexsort((-found.ids[top], -sims[top]))]
+        return [(int(found.ids[i]), float(sims[i])) for i in order]
+
+    async def _nearest_pg(
+        self,
+        conn: AsyncConnection,
+        users: Any,
+        namespace: str | None,
+        query: npt.NDArray[np.float32],
+        count: int,
+        now: datetime,
+    ) -> list[tuple[int, float]] | None:
+        """pgvector's HNSW index, pre-filtered by user, namespace and expiry with an
+        iterative scan (see :mod:`tenxstore.backends.pgvector`); None when it cannot
+        answer right and exact search must: the scope has rows without the ``vector``
+        column (written by a process started before ``enable-pgvector``), or the scan
+        stopped (``hnsw.max_scan_tuples``) before finding ``count`` of the scope's."""
+        assert self.pg is not None
+        where = ["(m.expires_at IS NULL OR m.expires_at > :now)"]
+        params: dict[str, Any] = {"now": now}
+        if users is not None:
+            where.append("m.user_id = :user")
+            params["user"] = users
+        if namespace:
+            where.append("(m.namespace = :ns OR substr(m.namespace, 1, :n) = :under)")
+            params.update(ns=namespace, n=len(namespace) + 1, under=namespace + ".")
+        sql = " AND ".join(where)
+        if await self.pg.unfilled(conn, self.model_id, self.dims, sql, params):
+            return None
+        found = await self.pg.nearest(
+            conn, self.model_id, self.dims, query.tolist(), sql, params, count
+        )
+        if len(found) < count:
+            live = await self.pg.live(conn, self.model_id, self.dims, sql, params, count)
+            if live > len(found):  # the index scan gave up before the scope's rows
+                return None
+        return found
+
+
+def fuse(lists: Sequence[Sequence[int]]) -> list[tuple[int, float]]:
+    """Reciprocal rank fusion of ranked lists of ids over their union: each id's
+    sum of 1 / (K + rank) over the lists it is in, over the most any id can have
+    (first in every list), so scores are in (0, 1]; best first (ties: the order of
+    the first list it is in, then of the next)."""
+    ran = list(lists)
+    if not ran:
+        return []
+    best = len(ran) / (RRF_K + 1)
+    scores: dict[int, float] = {}
+    first: dict[int, tuple[int, int]] = {}
+    for which, ids in enumerate(ran):
+        for rank, memory_id in enumerate(ids, start=1):
+            scores[memory_id] = scores.get(memory_id, 0.0) + 1.0 / (RRF_K + rank)
+            first.setdefault(memory_id, (which, rank))
+    ordered = sorted(scores, key=lambda i: (-scores[i], first[i]))
+    return [(i, min(1.0, scores[i] / best)) for i in ordered]

@@ -1,0 +1,296 @@
+"""pgvector on a PostgreSQL database that has the extension (a database of this test
+worker's own, made with it), beside the suite's databases that have not: enabling is
+idempotent, searches go through the HNSW index pre-filtered by user and namespace,
+and another tenant's nearer vectors never fill a top-k."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from sqlalchemy import func, select, text
+
+from tenxstore import CheckpointRepository, MemoryStore
+from tenxstore.backends.pgvector import aenable, astatus, doctor_line, index_name
+from tests import services
+from tests.memory.embeddings import HashingEmbedding
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _vector_database() -> str:
+    """This worker's database for pgvector (the fixture creates the extension)."""
+    base = services.pg_url()
+    parts = urlsplit(base)
+    name = f"{parts.path.lstrip('/')}_pgvector"
+    services._create_pg_database(base, name)
+    return parts._replace(path=f"/{name}").geturl()
+
+
+@pytest.fixture
+async def vector_url() -> str:
+    import asyncpg
+
+    url = await asyncio.to_thread(_vector_database)
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    finally:
+        await conn.close()
+    return url
+
+
+@pytest.fixture
+async def schema(vector_url: str) -> AsyncIterator[str]:
+    import asyncpg
+
+    name = f"v_{uuid.uuid4().hex[:12]}"
+    yield name
+    conn = await asyncpg.connect(vector_url)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+    finally:
+        await conn.close()
+
+
+async def _enabled(url: str, schema: str, **options: Any) -> CheckpointRepository:
+    repo = CheckpointRepository(url, schema=schema, **options)
+    await repo.asetup()
+    store = repo._store
+    async with store.backend.connect() as conn, conn.begin():
+        await aenable(conn, schema)
+    return repo
+
+
+async def test_enable_is_idempotent_and_fills_the_column(vector_url: str, schema: str) -> None:
+    repo = CheckpointRepository(vector_url, schema=schema)
+    await repo.asetup()
+    assert "not enabled" in (await doctor_line(repo._store) or "")
+    exact = MemoryStore(repo, embedding=HashingEmbedding())
+    await exact.astore("alice", "Alice drinks a double espresso", key="coffee")
+    assert exact._vectors is not None and exact._vectors.pg is None  # not enabled yet
+    store = repo._store
+    for _ in range(2):
+        async with store.backend.connect() as conn, conn.begin():
+            status, indexes = await aenable(conn, schema)
+        assert status.enabled and status.iterative
+        assert indexes == [index_name("test-hashing-trigrams", 256)]
+    filled = await store.read(
+        text(f'SELECT count(*) FROM "{schema}".memory_vectors WHERE embedding IS NOT NULL')
+    )
+    assert filled[0][0] == 1  # the vector stored before, now in the column too
+    line = await doctor_line(repo._store)
+    assert line is not None and "enabled (HNSW search)" in line
+    found = await MemoryStore(repo, embedding=HashingEmbedding()).asearch("alice", "espressos")
+    assert found[0].memory.key == "coffee"
+    await repo.aclose()
+
+
+async def test_without_the_extension_doctor_says_so_and_search_is_exact(tmp_path: Any) -> None:
+    from tests.pools import POSTGRESQL
+
+    repo = CheckpointRepository(services.pg_url(), schema=POSTGRESQL.take())
+    await repo.asetup()
+    async with repo._store.backend.connect() as conn, conn.begin():
+        status = await astatus(conn, repo._store.schema)
+    assert status.installed is None and not status.enabled  # the suite's databases have none
+    line = await doctor_line(repo._store)
+    assert line is not None and "available on the server, not created" in line
+    store = MemoryStore(repo, embedding=HashingEmbedding())
+    await store.astore("alice", "Alice drinks a double espresso", key="coffee")
+    assert store._vectors is not None and store._vectors.pg is None
+    assert (await store.asearch("alice", "espressos"))[0].memory.key == "coffee"
+    await repo.aclose()
+
+
+async def test_search_goes_through_the_index_and_never_across_tenants(
+    vector_url: str, schema: str
+) -> None:
+    # every plan that can use an index does: the HNSW index, not a sequential scan
+    no_seqscan = {"connect_args": {"server_settings": {"enable_seqscan": "off"}}}
+    repo = await _enabled(vector_url, schema, engine_options=no_seqscan)
+    store = MemoryStore(repo, embedding=HashingEmbedding())
+    for n in range(120):  # bob's are all nearer to the query than any of alice's
+        await store.astore("bob", f"espresso vegetarian espresso {n}", key=f"b{n}")
+    for n in range(8):
+        await store.astore("alice", f"Alice note {n} about espresso", key=f"a{n}")
+    await store.astore("alice", "espresso elsewhere", key="w", namespace=("work",))
+    vectors = store._vectors
+    assert vectors is not None and vectors.pg is not None
+    for mode in ("vector", "hybrid"):
+        hits = await store.asearch("alice", "espresso vegetarian", limit=5, mode=mode)  # type: ignore[arg-type]
+        assert len(hits) == 5 and {h.memory.user_id for h in hits} == {"alice"}, mode
+        assert all(h.memory.namespace == ("memories",) for h in hits)
+    everything = await store.asearch("alice", "espresso", limit=20, namespace=(), mode="vector")
+    assert len(everything) == 9
+    # what the store ran: the index, with the filter (and without the iterative scan the
+    # same index scan leaves alice with fewer than five: the test can fail)
+    query = vectors.embedding.embed_query("espresso vegetarian")
+    where = "m.user_id = :user AND (m.expires_at IS NULL OR m.expires_at > now())"
+    async with repo._store.backend.connect() as conn, conn.begin():
+        found = await vectors.pg.nearest(
+            conn, vectors.model_id, 256, query, where, {"user": "alice"}, 5
+        )
+        assert len(found) == 5
+        plan = await conn.execute(
+            text(
+                f'EXPLAIN SELECT v.memory_id FROM "{schema}".memory_vectors v '
+                f'JOIN "{schema}".memories m ON m.id = v.memory_id '
+                "WHERE v.model_id = 'test-hashing-trigrams' AND v.dims = 256 AND "
+                "v.embedding IS NOT NULL AND m.user_id = 'alice' ORDER BY "
+                "(v.embedding::public.vector(256)) OPERATOR(public.<=>) "
+                "CAST(:q AS public.vector(256)) LIMIT 5"
+            ),
+            {"q": str(query)},
+        )
+        assert index_name("test-hashing-trigrams", 256) in "\n".join(r[0] for r in plan)
+    async with repo._store.backend.connect() as conn, conn.begin():
+        await conn.execute(text("SET LOCAL hnsw.ef_search = 40"))
+        strict = await conn.execute(
+            text(
+                f'SELECT v.memory_id FROM "{schema}".memory_vectors v '
+                f'JOIN "{schema}".memories m ON m.id = v.memory_id '
+                "WHERE v.model_id = 'test-hashing-trigrams' AND v.dims = 256 AND "
+                "v.embedding IS NOT NULL AND m.user_id = 'alice' ORDER BY "
+                "(v.embedding::public.vector(256)) OPERATOR(public.<=>) "
+                "CAST(:q AS public.vector(256)) LIMIT 5"
+            ),
+            {"q": str(query)},
+        )
+        assert len(strict.all()) < 5  # no iterative scan: bob's vectors filled the scan
+    await repo.aclose()
+
+
+async def test_writes_deletes_and_reembed_keep_the_column(vector_url: str, schema: str) -> None:
+    repo = await _enabled(vector_url, schema)
+    store = MemoryStore(repo, embedding=HashingEmbedding())
+    await store.astore("alice", "Alice has a golden retriever", key="pet")
+    await store.astore("alice", "Alice drinks a double espresso", key="coffee", ttl=0.3)
+    assert (await store.asearch("alice", "retrievers", mode="vector"))[0].memory.key == "pet"
+    await store.aupdate("alice", "pet", content="Alice adopted a grey cat")
+    assert (await store.asearch("alice", "grey cats", mode="vector"))[0].memory.key == "pet"
+    await asyncio.sleep(0.4)
+    assert [h.memory.key for h in await store.asearch("alice", "espresso", mode="vector")] == [
+        "pet"
+    ]  # the expired one is filtered in SQL
+    assert await store.adelete("alice", "pet")
+    assert await store.asearch("alice", "grey cat", mode="vector") == []
+    await store.astore("alice", "Alice is a vegetarian", key="diet")
+    small = HashingEmbedding(dims=64, model_id="small")
+    assert await store.areembed(small) == 1
+    redone = MemoryStore(repo, embedding=small)
+    assert (await redone.asearch("alice", "vegetarians", mode="vector"))[0].memory.key == "diet"
+    assert redone._vectors is not None and redone._vectors.pg is not None
+    vt = store._rows.vt
+    old = select(func.count()).select_from(vt).where(vt.c.model_id != "small")
+    assert (await repo._store.read(old))[0][0] == 1  # the expired one's, never compared
+    await repo.aclose()
+
+
+async def test_a_scan_that_stops_short_is_answered_exactly(vector_url: str, schema: str) -> None:
+    # hnsw.max_scan_tuples (20,000 by default) made small: the iterative scan stops
+    # among bob's nearer vectors before it reaches alice's, as it would at that size
+    few = {"connect_args": {"server_settings": {"hnsw.max_scan_tuples": "20"}}}
+    repo = await _enabled(vector_url, schema, engine_options=few)
+    store = MemoryStore(repo, embedding=HashingEmbedding())
+    await store.astore("bob", "espresso vegetarian espresso", key="b")
+    async with repo._store.backend.connect() as conn, conn.begin():
+        # two thousand copies of bob's, all nearer to the query than any of alice's
+        await conn.execute(
+            text(
+                f'INSERT INTO "{schema}".memories (uid, user_id, namespace, memory_key, '
+                "content, metadata, terms, version, created_at, updated_at, expires_at) "
+                "SELECT md5(g::text || m.uid), m.user_id, m.namespace, m.memory_key || g, "
+                "m.content, m.metadata, m.terms, 1, m.created_at, m.updated_at, NULL "
+                f'FROM "{schema}".memories m, generate_series(1, 2000) g'
+            )
+        )
+        await conn.execute(
+            text(
+                f'INSERT INTO "{schema}".memory_vectors (memory_id, model_id, dims, vector, '
+                "embedding) SELECT c.id, v.model_id, v.dims, v.vector, v.embedding "
+                f'FROM "{schema}".memories c JOIN "{schema}".memories o ON o.memory_key = '
+                f"'b' JOIN \"{schema}\".memory_vectors v ON v.memory_id = o.id "
+                "WHERE c.memory_key <> 'b'"
+            )
+        )
+    for n in range(8):
+        await store.astore("alice", f"Alice note {n} about espresso", key=f"a{n}")
+    vectors = store._vectors
+    assert vectors is not None and vectors.pg is not None and vectors.hnsw
+    query = vectors.embedding.embed_query("espresso vegetarian")
+    async with repo._store.backend.connect() as conn, conn.begin():  # the index alone
+        where, params = "m.user_id = :user", {"user": "alice"}
+        assert await vectors.pg.nearest(conn, vectors.model_id, 256, query, where, params, 5) == []
+    for mode in ("vector", "hybrid"):
+        hits = await store.asearch("alice", "espresso vegetarian", limit=5, mode=mode)  # type: ignore[arg-type]
+        assert len(hits) == 5 and {h.memory.user_id for h in hits} == {"alice"}, mode
+    everything = await store.asearch("alice", "espresso", limit=20, mode="vector")
+    assert len(everything) == 8
+    await repo.aclose()
+
+
+async def test_rows_written_without_the_column_are_found(vector_url: str, schema: str) -> None:
+    repo = CheckpointRepository(vector_url, schema=schema)
+    await repo.asetup()
+    before = MemoryStore(repo, embedding=HashingEmbedding())  # started before enabling
+    await before.astore("alice", "Alice has a golden retriever", key="pet")
+    async with repo._store.backend.connect() as conn, conn.begin():
+        await aenable(conn, schema)
+    await before.astore("alice", "Alice drinks a double espresso", key="coffee")
+    assert before._vectors is not None and before._vectors.pg is None
+    after = MemoryStore(repo, embedding=HashingEmbedding())
+    for mode in ("vector", "hybrid"):
+        hits = await after.asearch("alice", "espresso", limit=1, mode=mode)  # type: ignore[arg-type]
+        assert [h.memory.key for h in hits] == ["coffee"], mode
+    assert after._vectors is not None and after._vectors.pg is not None
+    await repo.aclose()
+
+
+async def test_a_role_that_does_not_own_the_tables(
+    vector_url: str, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    repo = await _enabled(vector_url, schema)
+    owner = MemoryStore(repo, embedding=HashingEmbedding())
+    await owner.astore("alice", "Alice drinks a double espresso", key="coffee")
+    role = f"app_{uuid.uuid4().hex[:12]}"
+    grants = [
+        f'CREATE ROLE "{role}" LOGIN',
+        f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"',
+        f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "{schema}" TO "{role}"',
+        f'GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA "{schema}" TO "{role}"',
+    ]
+    async with repo._store.backend.connect() as conn, conn.begin():
+        for stmt in grants:
+            await conn.execute(text(stmt))
+    url = urlsplit(vector_url)
+    app_url = url._replace(netloc=f"{role}@{url.hostname}:{url.port or 5432}").geturl()
+    try:
+        app = MemoryStore(app_url, schema=schema, embedding=HashingEmbedding())
+        try:  # the index exists: found in the catalog, never made again
+            await app.astore("alice", "Alice has a golden retriever", key="pet")
+            assert (await app.asearch("alice", "espresso"))[0].memory.key == "coffee"
+            assert app._vectors is not None and app._vectors.hnsw
+        finally:
+            await app.aclose()
+        small = HashingEmbedding(dims=64, model_id="small")
+        app = MemoryStore(app_url, schema=schema, embedding=small)
+        try:  # a new model's index: this role may not make it, so exact search
+            with caplog.at_level("WARNING", logger="tenxstore.memory.vectors"):
+                assert await app.areembed() == 2
+                hits = await app.asearch("alice", "retrievers", mode="vector")
+            assert hits[0].memory.key == "pet"
+            assert app._vectors is not None and app._vectors.pg is not None
+            assert not app._vectors.hnsw
+            assert "could not be made" in caplog.text
+        finally:
+            await app.aclose()
+    finally:
+        async with repo._store.backend.connect() as conn, conn.begin():
+            await conn.execute(text(f'DROP OWNED BY "{role}"'))
+            await conn.execute(text(f'DROP ROLE "{role}"'))
+        await repo.aclose()
