@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import tenxstore
-from tests import services
+from tests import pools, services
 
 # Generated examples are checked, not timed: a CI machine busy with other tests is slow
 # to generate them, which is no failure of the code under test.
@@ -56,6 +56,7 @@ class Backend:
     database: str | None = None  # MariaDB: this test's own database
     key_prefix: str = field(default_factory=lambda: f"test-{uuid.uuid4().hex[:12]}")
     made: list[Any] = field(default_factory=list)
+    fresh: bool = False  # an empty database: no migrated store from a pool or template
 
     async def make(self, **options: Any) -> Any:
         """A set-up checkpointer on this test's database (memory: a new database)."""
@@ -67,6 +68,10 @@ class Backend:
         else:
             assert self.url is not None
             options = {**self.options, **options}
+            default_ids = not {"id_type", "user_id_type"} & set(options)
+            if self.name.startswith("sqlite") and default_ids and not self.fresh:
+                # a copy of the migrated template: no migration (once per file)
+                pools.sqlite_store(Path(self.url.removeprefix("sqlite:///")))
             cp = tenxstore.CheckpointRepository(self.url, schema=self.schema, **options)
             if self.redis_url is not None:
                 cp = tenxstore.CachedCheckpointer(
@@ -96,10 +101,15 @@ def cfg(thread: Any = "t1", user: Any = "alice", **extra: Any) -> dict[str, Any]
     return {"thread_id": thread, "user_id": user, **extra}
 
 
+def quoted(name: str) -> str:
+    """A PostgreSQL identifier, quoted (any name: spaces, dots, capitals, quotes)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 async def drop_schema(url: str, schema: str) -> None:
     conn = await asyncpg.connect(url)
     try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await conn.execute(f"DROP SCHEMA IF EXISTS {quoted(schema)} CASCADE")
     finally:
         await conn.close()
 
@@ -158,9 +168,11 @@ async def new_mysql_database() -> tuple[str, str]:
 
 
 @asynccontextmanager
-async def backend_for(name: str, tmp_path: Path) -> AsyncIterator[Backend]:
+async def backend_for(name: str, tmp_path: Path, *, fresh: bool = False) -> AsyncIterator[Backend]:
     """A backend by name (see BACKENDS; ``+encrypted``: with a key ring) for one test,
-    cleaned up afterwards."""
+    cleaned up afterwards. Its store is one migrated already (see :mod:`tests.pools`);
+    ``fresh``: an empty database instead (a schema, a database or a file of its own,
+    dropped afterwards), for tests of what setup finds there."""
     keys = None
     if name.endswith("+encrypted"):
         name, keys = name.removesuffix("+encrypted"), TEST_KEYS
@@ -170,27 +182,34 @@ async def backend_for(name: str, tmp_path: Path) -> AsyncIterator[Backend]:
     elif name.startswith("sqlite"):
         backend = Backend(name, url=f"sqlite:///{tmp_path / 'store.db'}", redis_url=redis_url)
     elif name == "mariadb":
-        url, database = await new_mysql_database()
+        url, database = await (new_mysql_database() if fresh else pools.MYSQL.take())
         backend = Backend(name, url=url, database=database)
     elif name == "pgbouncer":
         backend = Backend(
             name,
             url=services.pgbouncer_url(),
-            schema=new_schema(),
+            schema=new_schema() if fresh else pools.POSTGRESQL.take(),
             options={"pool_mode": "transaction"},
             admin_url=services.pg_url(),
         )
     else:
-        backend = Backend(name, url=services.pg_url(), schema=new_schema(), redis_url=redis_url)
+        schema = new_schema() if fresh else pools.POSTGRESQL.take()
+        backend = Backend(name, url=services.pg_url(), schema=schema, redis_url=redis_url)
     backend.keys = keys
+    backend.fresh = fresh
     try:
         yield backend
     finally:
         await backend.close()
-        if backend.schema is not None:
-            await drop_schema(backend.admin_url or services.pg_url(), backend.schema)
-        if backend.database is not None:
+        if fresh and backend.schema is not None:
+            await drop_schema(services.pg_url(), backend.schema)
+        elif backend.schema is not None:  # back to this process's pool, emptied (or dropped)
+            await pools.POSTGRESQL.give_back(backend.schema)
+        if fresh and backend.database is not None:
             await mysql_admin(services.mysql_url(), f"DROP DATABASE `{backend.database}`")
+        elif backend.database is not None:
+            assert backend.url is not None
+            await pools.MYSQL.give_back(backend.url, backend.database)
 
 
 @pytest.fixture(params=_with_encryption(BACKENDS))
@@ -219,3 +238,36 @@ def redis_url() -> str:
 
 
 Factory = Callable[..., Awaitable[tenxstore.CheckpointRepository]]
+
+
+_MARKS = (
+    ("memory", "memory"),
+    ("sqlite", "sqlite"),
+    ("postgresql", "postgresql"),
+    ("pgbouncer", "pgbouncer"),
+    ("mariadb", "mariadb"),
+    ("redis", "redis"),
+    ("encrypted", "encrypted"),
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test on a backend carries markers of it (``pytest -m sqlite``, ``-m "not
+    mariadb"``): from the backend fixtures' parameters, and ``name``/``kind``
+    parameters that name one."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        named = [
+            str(value)
+            for key, value in params.items()
+            if key in ("backend", "sql_backend", "store_backend", "name", "kind", "db", "every_db")
+        ]
+        for value in named:
+            for needle, mark in _MARKS:
+                if needle in value:
+                    item.add_marker(getattr(pytest.mark, mark))
+            if value.startswith("pgbouncer"):
+                item.add_marker(pytest.mark.postgresql)
+    # The slow ones first: under pytest-xdist a long test that starts last is the tail
+    # of the whole run, one that starts first runs beside everything else.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -8,6 +8,8 @@ testcontainers container when Docker is available, and otherwise skips, saying w
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
+import contextlib
 import functools
 import importlib
 import os
@@ -80,10 +82,49 @@ def _redis_container() -> str:
     return f"redis://{started.get_container_host_ip()}:{started.get_exposed_port(6379)}/0"
 
 
+def worker() -> str | None:
+    """This process's pytest-xdist worker id (``gw0``, ``gw1``...), or None."""
+    return os.environ.get("PYTEST_XDIST_WORKER") or None
+
+
+def _worker_database(url: str, create: Any) -> str:
+    """``url`` with this xdist worker's own database (``<database>_<worker>``, made by
+    ``create(url, name)`` when missing), so that workers never share a server-wide view
+    (``pg_stat_activity``, lock waits), a fixed schema name of a docs sample, or a
+    pool. Without xdist: ``url`` itself."""
+    name = worker()
+    if name is None:
+        return url
+    parts = urlsplit(url)
+    database = f"{(parts.path or '/test').lstrip('/') or 'test'}_{name}"
+    create(url, database)
+    return parts._replace(path=f"/{database}").geturl()
+
+
+def _create_pg_database(url: str, database: str) -> None:
+    import asyncio
+
+    import asyncpg
+
+    async def create() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", database):
+                with contextlib.suppress(asyncpg.DuplicateDatabaseError):  # made meanwhile
+                    await conn.execute(f'CREATE DATABASE "{database}"')
+        finally:
+            await conn.close()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # whether or not a loop runs here
+        pool.submit(asyncio.run, create()).result()
+
+
 @functools.cache
 def pg_url() -> str:
-    """The PostgreSQL URL for this test run (fails or skips by the rule above)."""
-    return _service("TENXSTORE_TEST_PG_URL", DEFAULT_PG_URL, 5432, "PostgreSQL", _pg_container)
+    """The PostgreSQL URL for this test run (fails or skips by the rule above): under
+    pytest-xdist, a database of this worker's own on that server."""
+    url = _service("TENXSTORE_TEST_PG_URL", DEFAULT_PG_URL, 5432, "PostgreSQL", _pg_container)
+    return _worker_database(url, _create_pg_database)
 
 
 def _mysql_container() -> str:
@@ -148,6 +189,8 @@ def pgbouncer_url() -> str:
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
         f"auth_type = trust\nauth_file = {directory / 'userlist.txt'}\n"
         "pool_mode = transaction\nmax_client_conn = 1000\ndefault_pool_size = 20\n"
+        # idle server connections go soon: every test worker runs a PgBouncer of its own
+        "server_idle_timeout = 10\n"
         f"logfile = {directory / 'pgbouncer.log'}\npidfile = {directory / 'pgbouncer.pid'}\n"
     )
     for f in directory.iterdir():
