@@ -4,16 +4,21 @@ import logging as _logging
 from importlib import metadata as _metadata
 
 from .backends import transaction_pooling_args
+from .backends.retry import RetryPolicy
 from .cache import CachedCheckpointer
-from .crypto import KeyRing
+from .crypto import KeyRing, Life
 from .errors import (
     CacheUnreachable,
     ConfigError,
     ConnectionLost,
+    DatabaseError,
     DatabaseUnavailable,
     DecryptionError,
+    EmbeddingError,
     ImportConflict,
     LockTimeout,
+    MemoryNotFound,
+    MissingThreadId,
     SchemaNotReady,
     SerializationError,
     StaleStateError,
@@ -26,6 +31,7 @@ from .errors import (
     ToolExecutionNotFound,
 )
 from .lifecycle import DeleteResult, parse_duration
+from .memory.store import MemoryStore
 from .presets import InMemoryCheckpointer, PgCheckpointer, SqliteCheckpointer
 from .protocol import Checkpointer
 from .repository import CheckpointRepository
@@ -38,6 +44,8 @@ from .types import (
     LangGraphBlob,
     LangGraphCheckpoint,
     LangGraphWrite,
+    Memory,
+    MemoryHit,
     MessageRecord,
     StateSnapshot,
     ThreadExport,
@@ -54,9 +62,11 @@ __all__ = [
     "Commit",
     "ConfigError",
     "ConnectionLost",
+    "DatabaseError",
     "DatabaseUnavailable",
     "DecryptionError",
     "DeleteResult",
+    "EmbeddingError",
     "Health",
     "ImportConflict",
     "Imported",
@@ -65,9 +75,16 @@ __all__ = [
     "LangGraphBlob",
     "LangGraphCheckpoint",
     "LangGraphWrite",
+    "Life",
     "LockTimeout",
+    "Memory",
+    "MemoryHit",
+    "MemoryNotFound",
+    "MemoryStore",
     "MessageRecord",
+    "MissingThreadId",
     "PgCheckpointer",
+    "RetryPolicy",
     "SchemaNotReady",
     "SerializationError",
     "SqliteCheckpointer",

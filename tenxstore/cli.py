@@ -18,13 +18,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 try:
     import typer
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-    from rich.table import Table
+    from rich.table import Column, Table
     from rich.text import Text
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise SystemExit("the tenxstore command needs its extra: pip install 'tenxstore[cli]'") from exc
@@ -32,7 +32,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
 from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 
-from . import __version__, archive, migrate
+from . import __version__, archive, migrate, views
 from .backends import async_url
 from .cache import DEFAULT_KEY_PREFIX, CachedCheckpointer
 from .errors import ConfigError, TenxStoreError
@@ -86,9 +86,28 @@ KeyPrefix = Annotated[
 Conflict = Annotated[
     OnConflict, typer.Option(case_sensitive=False, help="For a thread that exists already.")
 ]
+AllowType = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-type",
+        help="A type of your own that LangGraph values may hold, as module:Name "
+        "(repeatable); every other type beyond LangGraph's safe ones is refused.",
+    ),
+]
 
 
-def _fail(message: str) -> None:
+def _allowed(types: list[str] | None) -> list[tuple[str, str]]:
+    """``--allow-type module:Name`` values as (module, name) pairs."""
+    pairs = []
+    for given in types or ():
+        module, sep, name = given.partition(":")
+        if not sep or not module or not name:
+            raise ConfigError(f"--allow-type takes module:Name, not {given!r}")
+        pairs.append((module, name))
+    return pairs
+
+
+def _fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)  # one plain line: rich would wrap it
     raise typer.Exit(1)
 
@@ -190,6 +209,18 @@ def _config(thread: str, user: str | None) -> dict[str, Any]:
     return {"thread_id": thread, **_scope(user)}
 
 
+def _print_table(table: Table) -> None:
+    """A table on stdout: as wide as the terminal, or as its rows when piped (a pipe
+    has no width: rich would cut every line at 80 columns)."""
+    if out.is_terminal:
+        out.print(table)
+    else:
+        Console(file=out.file, width=_PIPED_WIDTH, markup=False).print(table)
+
+
+_PIPED_WIDTH = 200
+
+
 def _when(value: datetime | None) -> str:
     """Every time the command prints, in one format, in UTC."""
     if value is None:
@@ -264,11 +295,21 @@ async def doctor(
         _cached(repo, redis_url, key_prefix) as cp,
     ):
         health = await cp.acheck()
-        usage = None
+        usage = memories = vectors = None
         if health.database_error is None and health.revision == health.head:
             usage = await akey_usage(repo)
+            from .cli_memories import memory_counts, pgvector_line
+
+            memories = await memory_counts(repo)
+            vectors = await pgvector_line(repo)
     out.print(f"database  {health.database}")
     out.print(f"schema    {health.revision or '(none)'} (this release needs {health.head})")
+    if memories is not None:
+        held, expired = memories
+        waiting = f", {expired} expired waiting for `tenxstore memories sweep`" if expired else ""
+        out.print(f"memories  {held}{waiting}")
+    if vectors is not None:
+        out.print(vectors)
     problems = list(health.problems)
     if usage is not None:
         problems += _encryption(repo, usage)
@@ -293,6 +334,7 @@ def _encryption(repo: CheckpointRepository, usage: KeyUsage) -> list[str]:
     missing = ", ".join(f"{n:,} under {key} (not in the ring)" for key, n in usage.unknown.items())
     damaged = f"{usage.unnamed:,} naming no key" if usage.unnamed else ""
     elsewhere = ", ".join(part for part in (missing, damaged) if part)
+    clear = ", ".join(f"{table} {n:,}" for table, n in usage.plaintext_by_table.items())
     if keys is None:
         sealed = f"; {elsewhere}" if elsewhere else ""
         out.print(
@@ -306,14 +348,62 @@ def _encryption(repo: CheckpointRepository, usage: KeyUsage) -> list[str]:
             f"keys      {', '.join(keys.key_ids)} (sealing under {keys.current}{strict}); "
             f"values: {under}, {usage.plaintext:,} in clear{more}"
         )
+        others = [k for k in keys.key_ids if k != keys.current]
         behind = sum(n for k, n in usage.by_key.items() if k != keys.current)
-        behind += 0 if keys.require_sealed else usage.plaintext
         if behind:
             out.print(
-                f"          {behind:,} value(s) not under {keys.current}: "
-                "`tenxstore rotate-keys` seals them"
+                f"          {behind:,} value(s) under {', '.join(others)}, not under "
+                f"{keys.current}: keep those keys in TENXSTORE_KEYS; `tenxstore rotate-keys` "
+                "seals the values again"
             )
+        elif others and not usage.unreadable:
+            # the count rotate-keys ends with, said the same way
+            out.print(
+                f"          no value is under {', '.join(others)}: once no instance seals "
+                "under them, they can be removed from TENXSTORE_KEYS"
+            )
+        if usage.plaintext and not keys.require_sealed:
+            out.print(
+                f"          {usage.plaintext:,} value(s) in clear: `tenxstore rotate-keys` "
+                "seals them"
+            )
+        if keys.envelope != "tx2":  # an upgrade under way (TENXSTORE_ENVELOPE=tx1)
+            out.print(
+                f"          sealing in the {keys.envelope} envelope (TENXSTORE_ENVELOPE): what "
+                "is written now is not bound to its thread's life; unset it once every "
+                "instance runs this release, then `tenxstore rotate-keys`"
+            )
+        if usage.previous_format:
+            # not a problem (they open as before), but not bound to the thread's life
+            out.print(
+                f"          {usage.previous_format:,} value(s) sealed in the previous envelope "
+                "(tx1: not bound to the thread's life, so a copy of one opens in a later "
+                "life of its thread): `tenxstore rotate-keys` seals them again as tx2"
+            )
+    if clear:
+        out.print(f"          in clear by table: {clear}")
+    marked = usage.sealed_since
+    if marked is not None:
+        out.print(f"sealed    since {_when(marked)}: writes without TENXSTORE_KEYS are refused")
+    elif keys is not None:
+        out.print("sealed    not marked yet: the first write with a key ring marks the store")
     problems = []
+    late = usage.plaintext_since_sealed
+    if late:
+        where = ", ".join(f"{table} {n:,}" for table, n in late.items())
+        problems.append(
+            f"encryption: {sum(late.values()):,} value(s) are in clear in rows made after the "
+            f"store was marked as holding sealed values ({where}): an instance without "
+            "TENXSTORE_KEYS wrote them (one running since before the mark): restart it with "
+            "the key ring; `tenxstore rotate-keys` then seals them"
+        )
+    if keys is None and marked is not None and usage.plaintext:
+        problems.append(
+            f"encryption: {usage.plaintext:,} value(s) are in clear in a store that holds "
+            f"sealed values ({clear}): written before encryption was turned on, or by an "
+            "instance without TENXSTORE_KEYS; `tenxstore rotate-keys` with the key ring "
+            "seals them"
+        )
     if usage.unknown:
         named = ", ".join(repr(key) for key in usage.unknown)
         where = "no key ring is configured" if keys is None else "the key ring lacks them"
@@ -356,17 +446,67 @@ async def threads(
     user: User = None,
     limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
 ) -> None:
-    """List threads, most recently updated first."""
-    found = await _with(url, schema, lambda repo: repo.alist_threads(_scope(user), limit=limit))
+    """List threads, most recently updated first (a LangGraph checkpoint updates one)."""
+
+    async def read(repo: CheckpointRepository) -> Any:
+        found = await repo.alist_threads(_scope(user), limit=limit)
+        return found, await repo.langgraph.counts([t.thread_id for t in found])
+
+    found, graphs = await _with(url, schema, read)
     if not found:
         out.print("no threads" + (f" of user {user!r}" if user else ""))
         return
-    table = Table("thread", "owner", "name", "version", "updated")
+    table = Table("thread", "owner", "name", "version", "checkpoints", "updated")
     for t in found:
         table.add_row(
-            str(t.thread_id), str(t.user_id), t.name or "", str(t.version), _when(t.updated_at)
+            str(t.thread_id),
+            str(t.user_id),
+            t.name or "",
+            str(t.version),
+            str(graphs.get(t.thread_id, 0)),
+            _when(t.updated_at),
         )
-    out.print(table)
+    _print_table(table)
+
+
+_NEEDS_LANGGRAPH = "pip install 'tenxstore[langgraph]' to read them"
+
+
+async def _checkpoints(
+    repo: CheckpointRepository, thread: str, user: str | None, **narrow: Any
+) -> list[tuple[views.CheckpointView, dict[str, Any]]] | None:
+    """The thread's LangGraph checkpoints (newest first), or None without the
+    ``langgraph`` extra; [] when LangGraph never wrote it (no query then)."""
+    if not await repo.langgraph.counts([thread]):
+        return []
+    try:
+        return await views.checkpoints(repo, thread, user, **narrow)
+    except ImportError:
+        return None
+
+
+def _written(ts: str | None) -> str:
+    """A checkpoint's ``ts`` in the command's one time format."""
+    try:
+        return _when(datetime.fromisoformat(ts)) if ts else ""
+    except ValueError:
+        return ts or ""
+
+
+def _print_checkpoint(view: views.CheckpointView, values: dict[str, Any]) -> None:
+    """A checkpoint's conversation channels one message a line, then the other channels
+    and the metadata as JSON."""
+    conversations = {ch: v for ch, v in values.items() if views.is_conversation(v)}
+    for channel, messages in conversations.items():
+        out.print(f"messages (channel {channel!r}):")
+        for message in messages:
+            out.print("  " + views.message_line(message))
+    others = {ch: v for ch, v in view.values.items() if ch not in conversations}
+    if others:
+        out.print("channels:")
+        out.print_json(encode(others))
+    out.print("metadata:")
+    out.print_json(encode(view.metadata))
 
 
 @app.command()
@@ -374,7 +514,8 @@ async def threads(
 async def show(
     thread: str, url: Url = DEFAULT_URL, schema: Schema = None, user: User = None
 ) -> None:
-    """The latest state of a thread, its version, message count and tool calls."""
+    """The latest state of a thread (and its latest LangGraph checkpoint), its version,
+    message count and tool calls."""
 
     async def read(repo: CheckpointRepository) -> Any:
         config = _config(thread, user)
@@ -387,21 +528,39 @@ async def show(
             state,
             len(await repo.aget_messages(config)),
             await repo.alist_tool_executions(config),
+            await repo.langgraph.counts([info.thread_id]),
+            await _checkpoints(repo, thread, user, namespace="", limit=1),
         )
 
-    info, state, messages, calls = await _with(url, schema, read)
+    info, state, messages, calls, counts, graph = await _with(url, schema, read)
+    count = counts.get(info.thread_id, 0)
     out.print(
         f"thread {info.thread_id}  owner {info.user_id}  version {info.version}  "
-        f"messages {messages}  tool calls {len(calls)}  updated {_when(info.updated_at)}"
+        f"messages {messages}  tool calls {len(calls)}  LangGraph checkpoints {count}  "
+        f"updated {_when(info.updated_at)}"
     )
-    out.print_json(encode(state) if state is not None else "null")
+    if not count or state is not None or messages:
+        if count:
+            out.print(f"state (core API), version {info.version}:")
+        out.print_json(encode(state) if state is not None else "null")
+    if graph is None:
+        out.print(f"LangGraph: {count} checkpoint(s); {_NEEDS_LANGGRAPH}")
+    elif graph:
+        view, values = graph[0]
+        out.print(
+            f"LangGraph checkpoint {view.checkpoint_id}  step {view.step}  "
+            f"source {view.source}  written {_written(view.written)}"
+        )
+        _print_checkpoint(view, values)
+    elif count:  # only in subgraph namespaces
+        out.print(f"LangGraph: {count} checkpoint(s) of subgraphs; see `tenxstore history`")
     if calls:
         table = Table("tool call", "tool", "status", "attempts", "started")
         for c in calls:
             table.add_row(
                 c.tool_call_id, c.tool_name, c.status, str(c.attempts), _when(c.started_at)
             )
-        out.print(table)
+        _print_table(table)
 
 
 @app.command()
@@ -412,24 +571,71 @@ async def history(
     schema: Schema = None,
     user: User = None,
     version: Annotated[int | None, typer.Option(help="Print this version's state.")] = None,
+    checkpoint: Annotated[
+        str | None, typer.Option(help="Print this LangGraph checkpoint's values.")
+    ] = None,
 ) -> None:
-    """The retained versions of a thread, or one of them (--version N)."""
-    snapshots = await _with(url, schema, lambda repo: repo.alist_states(_config(thread, user)))
-    if not snapshots:
-        _fail(f"no retained versions of thread {thread!r}")
+    """The retained versions of a thread and its LangGraph checkpoints, newest first,
+    or one of them (--version N, --checkpoint ID)."""
+
+    async def read(repo: CheckpointRepository) -> Any:
+        config = _config(thread, user)
+        return await repo.alist_states(config), await _checkpoints(repo, thread, user)
+
+    snapshots, graph = await _with(url, schema, read)
+    if not snapshots and not graph:
+        if graph is None:
+            _fail(f"thread {thread!r} has LangGraph checkpoints: {_NEEDS_LANGGRAPH}")
+        _fail(f"no retained versions or LangGraph checkpoints of thread {thread!r}")
     if version is not None:
         match = [s for s in snapshots if s.version == version]
         if not match:
-            _fail(
-                f"version {version} of {thread!r} is not retained "
-                f"(retained: {snapshots[-1].version}..{snapshots[0].version})"
-            )
+            retained = f"{snapshots[-1].version}..{snapshots[0].version}" if snapshots else "none"
+            _fail(f"version {version} of {thread!r} is not retained (retained: {retained})")
         out.print_json(encode(match[0].state))
         return
-    table = Table("version", "created", "bytes")
-    for s in snapshots:
-        table.add_row(str(s.version), _when(s.created_at), str(len(encode(s.state))))
-    out.print(table)
+    if checkpoint is not None:
+        chosen = [(v, values) for v, values in graph or () if v.checkpoint_id == checkpoint]
+        if not chosen:
+            _fail(f"thread {thread!r} has no LangGraph checkpoint {checkpoint!r}")
+        view, values = chosen[0]
+        out.print(
+            f"LangGraph checkpoint {view.checkpoint_id}  namespace {view.namespace!r}  "
+            f"step {view.step}  source {view.source}  written {_written(view.written)}"
+        )
+        _print_checkpoint(view, values)
+        if view.writes:
+            out.print("pending writes:")
+            out.print_json(encode([list(w) for w in view.writes]))
+        return
+    if snapshots:
+        table = Table("version", "created", "bytes", title="states (core API)" if graph else None)
+        for s in snapshots:
+            table.add_row(str(s.version), _when(s.created_at), str(len(encode(s.state))))
+        _print_table(table)
+    if graph is None:
+        out.print(f"LangGraph checkpoints: {_NEEDS_LANGGRAPH}")
+    elif graph:
+        subgraphs = any(view.namespace for view, _ in graph)
+        table = Table(
+            Column("checkpoint", no_wrap=True),  # whole: it is what --checkpoint takes
+            *(["namespace"] if subgraphs else []),
+            "step",
+            "source",
+            "writes",
+            Column("written", no_wrap=True),
+            title="LangGraph checkpoints",
+        )
+        for view, _ in graph:
+            table.add_row(
+                view.checkpoint_id,
+                *([view.namespace] if subgraphs else []),
+                str(view.step),
+                str(view.source),
+                ", ".join(sorted({channel for _, channel, _ in view.writes})),
+                _written(view.written),
+            )
+        _print_table(table)
 
 
 @app.command("export")
@@ -439,7 +645,12 @@ async def export_(
     output: Annotated[
         str, typer.Option("-o", "--output", help="JSON Lines file ('-': standard output).")
     ] = "-",
-    all_threads: Annotated[bool, typer.Option("--all", help="Every thread.")] = False,
+    all_threads: Annotated[
+        bool, typer.Option("--all", help="Every thread and every memory.")
+    ] = False,
+    user: Annotated[
+        str | None, typer.Option("--user", help="Every thread and memory of this user.")
+    ] = None,
     sealed: Annotated[
         bool,
         typer.Option(
@@ -451,23 +662,29 @@ async def export_(
     url: Url = DEFAULT_URL,
     schema: Schema = None,
 ) -> None:
-    """Export threads (record, retained states, messages, tool ledger) as JSON Lines."""
-    if bool(thread_ids) == all_threads:
-        _fail("name threads to export, or pass --all")
-    chosen = None if all_threads else thread_ids
+    """Export threads (record, retained states, messages, tool ledger) and long-term
+    memories (with their retained versions) as JSON Lines: named threads, a user's
+    threads and memories (--user), or everything (--all)."""
+    if sum((bool(thread_ids), all_threads, user is not None)) != 1:
+        _fail("name threads to export, or pass --user USER, or --all")
+    chosen = thread_ids or None
     if output == "-":
         count = await _with(
             url,
             schema,
-            lambda repo: archive.write_exports(repo, sys.stdout, chosen, sealed=sealed),
+            lambda repo: archive.write_exports(
+                repo, sys.stdout, chosen, sealed=sealed, user_id=user
+            ),
         )
-        err.print(f"exported {count} thread(s)")
+        err.print(f"exported {count} line(s)")
         return
     path = Path(output)
     count = await _with(
-        url, schema, lambda repo: archive.export_threads(repo, path, chosen, sealed=sealed)
+        url,
+        schema,
+        lambda repo: archive.export_threads(repo, path, chosen, sealed=sealed, user_id=user),
     )
-    out.print(f"exported {count} thread(s) to {path}")
+    out.print(f"exported {count} line(s) to {path}")
 
 
 @app.command("import")
@@ -479,15 +696,18 @@ async def import_(
     schema: Schema = None,
     redis_url: RedisUrl = None,
     key_prefix: KeyPrefix = None,
+    allow_type: AllowType = None,
 ) -> None:
-    """Import threads, all or nothing; importing the same file twice changes nothing."""
+    """Import threads, all or nothing, then the file's memories, all or nothing;
+    importing the same file twice changes nothing."""
+    allowed = _allowed(allow_type)
     if not path.is_file():
         _fail(f"no such file: {path}")
 
     async def run(repo: CheckpointRepository) -> Any:
         await repo.asetup()
         async with _cached(repo, redis_url, key_prefix) as cp:
-            return await archive.import_file(cp, path, on_conflict.value)
+            return await archive.import_file(cp, path, on_conflict.value, allowed_types=allowed)
 
     outcomes = await _with(url, schema, run, reads_only=False)
     out.print("imported: " + ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items())))
@@ -505,9 +725,12 @@ async def copy(
     on_conflict: Conflict = OnConflict.fail,
     redis_url: RedisUrl = None,
     key_prefix: KeyPrefix = None,
+    allow_type: AllowType = None,
 ) -> None:
-    """Copy every thread to another database, verifying each; resumable. With
-    --redis-url, the destination's cache entries of every copied thread are fenced."""
+    """Copy every thread and every memory to another database, verifying each;
+    resumable. With --redis-url, the destination's cache entries of every copied
+    thread are fenced."""
+    allowed = _allowed(allow_type)
     async_url(destination)  # a bad destination fails before the source is read
     src_repo = _repo(source, source_schema, reads_only=True)
     async with (
@@ -525,12 +748,16 @@ async def copy(
                 dst,
                 on_conflict.value,
                 progress=lambda _: bar.advance(task),
+                allowed_types=allowed,
             )
         copied = sum([1 async for _ in dst.aiter_threads()])
+        memories = await archive.copy_memories(src, dst, on_conflict.value)
+    memory_outcomes = ", ".join(f"{v} {k}" for k, v in sorted(memories.items())) or "none"
     out.print(
         "copied: "
         + ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items()))
-        + f"; the destination holds {copied} thread(s), every copy verified"
+        + f"; the destination holds {copied} thread(s), every copy verified; "
+        + f"memories: {memory_outcomes}"
     )
 
 
@@ -569,9 +796,13 @@ async def demo(
 # which uses the helpers above. Under `python -m tenxstore.cli` this file runs as
 # __main__ and hands over to the package's own module (below) instead.
 if __name__ != "__main__":
+    from . import cli_langgraph as _cli_langgraph
+    from . import cli_memories as _cli_memories
     from . import cli_ops as _cli_ops
 
     _cli_ops.register(app)
+    _cli_memories.register(app)
+    _cli_langgraph.register(app)
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """The operator's data-lifecycle commands of ``tenxstore``: ``delete-user``, ``prune``,
-``stats`` and ``rotate-keys`` (:func:`register` adds them to :data:`tenxstore.cli.app`).
+``stats``, ``rotate-keys`` and ``mark-sealed`` (:func:`register` adds them to
+:data:`tenxstore.cli.app`).
 
 ``delete-user`` and ``prune`` take ``--redis-url`` (or ``TENXSTORE_REDIS_URL``) so the
 application's cache entries of what they delete are fenced too; when Redis cannot be
@@ -28,11 +29,12 @@ from .cli import (
     err,
     out,
 )
+from .keyusage import aclear_sealed, amark_sealed
 from .lifecycle import DEFAULT_BATCH_SIZE, DeleteResult, parse_duration
-from .rotation import DEFAULT_ROTATION_BATCH, arotate_keys, astale_rows
+from .rotation import DEFAULT_ROTATION_BATCH, arotate_keys
 from .stats import StoreStats
 
-__all__ = ["delete_user", "prune", "register", "rotate_keys", "stats"]
+__all__ = ["delete_user", "mark_sealed", "prune", "register", "rotate_keys", "stats"]
 
 BatchSize = Annotated[
     int, typer.Option(help="Threads deleted per transaction (1 to 5000).", min=1, max=5000)
@@ -45,6 +47,8 @@ _KINDS = (
     ("LangGraph checkpoints", "checkpoints"),
     ("LangGraph writes", "checkpoint_writes"),
     ("LangGraph values", "checkpoint_blobs"),
+    ("memories", "memories"),
+    ("memory versions", "memory_versions"),
     ("cache keys fenced", "cache_keys"),
 )
 
@@ -80,8 +84,8 @@ async def delete_user(
     key_prefix: KeyPrefix = None,
 ) -> None:
     """Erase every thread USER owns (states, messages, tool calls, LangGraph
-    checkpoints) in batches, and fence their cache entries; run it again after a
-    failure to finish."""
+    checkpoints) and every memory (with its history) in batches, and fence the
+    threads' cache entries; run it again after a failure to finish."""
     if not yes:
         _fail(f"this erases every thread of user {user!r} for good: add --yes")
     async with (
@@ -116,19 +120,34 @@ async def prune(
     schema: Schema = None,
     redis_url: RedisUrl = None,
     key_prefix: KeyPrefix = None,
+    include_memories: Annotated[
+        bool,
+        typer.Option(
+            "--include-memories",
+            help="Also delete the long-term memories not written for --idle-for "
+            "(without it, memories are left alone).",
+        ),
+    ] = False,
 ) -> None:
     """Delete the threads of every user not used for --idle-for (no state written,
     no LangGraph checkpoint, no tool call), in batches; a thread used meanwhile is
-    kept."""
+    kept. Memories are left alone unless --include-memories."""
     older_than = parse_duration(idle_for)
     async with (
         _repo(url, schema, reads_only=True) as repo,
         _cached(repo, redis_url, key_prefix) as cp,
     ):
-        planned = await cp.aprune_idle(older_than, dry_run=True, sample=sample if dry_run else 0)
+        planned = await cp.aprune_idle(
+            older_than,
+            dry_run=True,
+            sample=sample if dry_run else 0,
+            include_memories=include_memories,
+        )
         if dry_run:
             out.print(f"{planned.threads} thread(s) idle for {idle_for} would be deleted")
-            if planned.threads:
+            if include_memories:
+                out.print(f"{planned.memories} memor(ies) not written for {idle_for} too")
+            if planned.threads or planned.memories:
                 out.print(_counts(planned, "would delete"))
                 out.print(_sample(planned))
             return
@@ -138,6 +157,7 @@ async def prune(
                 older_than,
                 batch_size=batch_size,
                 on_batch=lambda so_far: bar.update(task, completed=so_far.threads),
+                include_memories=include_memories,
             )
     out.print(_counts(done, f"pruned threads idle for {idle_for} ({done.batches} batch(es))"))
     if done.skipped:
@@ -158,6 +178,8 @@ def _size(value: int | None) -> str:
 def _print_stats(found: StoreStats, top: int) -> None:
     out.print(f"backend   {found.backend}")
     out.print(f"threads   {found.threads} of {found.users} user(s)")
+    expired = f", {found.expired_memories} expired (sweep them)" if found.expired_memories else ""
+    out.print(f"memories  {found.memories} of {found.memory_users} user(s){expired}")
     line = f"database  {_size(found.database_bytes)}"
     if found.free_bytes is not None:
         line += f" ({_size(found.free_bytes)} free pages)"
@@ -174,6 +196,7 @@ def _print_stats(found: StoreStats, top: int) -> None:
             "messages",
             "tool calls",
             "checkpoints",
+            "memories",
             title=f"top {top} users by threads",
         )
         for u in found.top_users:
@@ -184,6 +207,7 @@ def _print_stats(found: StoreStats, top: int) -> None:
                 str(u.messages),
                 str(u.tool_executions),
                 str(u.checkpoints),
+                str(u.memories),
             )
         out.print(users)
     tables = Table("table", "rows", "table", "indexes", "total", "dead rows", "dead %")
@@ -230,33 +254,98 @@ async def rotate_keys(
     url: Url = DEFAULT_URL,
     schema: Schema = None,
 ) -> None:
-    """Seal every stored payload again under the current key of TENXSTORE_KEYS (the
-    first key; the others must include every key values are sealed under now), in
-    short batches while the application runs. Plaintext rows written before
-    encryption was turned on are sealed too. Run it again to resume; once it reports
-    nothing left, the old keys can be removed from TENXSTORE_KEYS."""
+    """Seal every stored payload again under the sealing key of TENXSTORE_KEYS
+    (TENXSTORE_SEALING_KEY, or the first key; the others must include every key values
+    are sealed under now), in short batches while the application runs. Plaintext rows
+    written before encryption was turned on are sealed too, and the store is marked as
+    holding sealed values. It ends with a count in SQL of the rows not under the
+    sealing key: only when that is 0 can the other keys be removed from
+    TENXSTORE_KEYS. Run it again to resume."""
     async with _repo(url, schema, reads_only=True) as repo:
-        if repo.keys is None:
-            _fail("set TENXSTORE_KEYS (key_id:base64key,...; the first is the new key)")
-        total = await astale_rows(repo)
+        keys = repo.keys
+        if keys is None:
+            _fail(
+                "set TENXSTORE_KEYS (key_id:base64key,...) and TENXSTORE_SEALING_KEY (the "
+                "new key's id) as every instance of the application has them"
+            )
+        sealing = keys.current
         done: dict[str, int] = {}
-        with _bar(f"sealing under key {repo.keys.current if repo.keys else ''}") as bar:
-            task = bar.add_task("rotate", total=total)
+        with _bar(f"sealing under key {sealing}") as bar:
+            # The total is the rows sealed so far plus the last count of those left;
+            # unknown (the bar pulses, "?") before the first count, and again when rows
+            # written after a count (an instance still sealing under another key) take
+            # the rows sealed past it, until the next count.
+            task = bar.add_task("rotate", total=None)
+            total: list[int | None] = [None]
+
+            def show() -> None:
+                sealed = sum(done.values())
+                if total[0] is not None and sealed > total[0]:
+                    total[0] = None
+                for shown in bar.tasks:  # update() cannot unset a total: None is "unchanged"
+                    if shown.id == task:
+                        shown.total = total[0]
+                bar.update(task, completed=sealed)
 
             def advance(table: str, so_far: int) -> None:
                 done[table] = so_far
-                bar.update(task, completed=sum(done.values()))
+                show()
 
-            result = await arotate_keys(repo, batch_size=batch_size, progress=advance)
+            def recount(left: int) -> None:
+                total[0] = sum(done.values()) + left
+                show()
+
+            result = await arotate_keys(
+                repo, batch_size=batch_size, progress=advance, counted=recount
+            )
     table = Table("table", "rows sealed again", title=f"rotated to key {result.key_id}")
     for name, count in result.rotated.items():
         table.add_row(name, str(count))
     out.print(table)
     if result.raced:
         out.print(f"{result.raced} row(s) were written meanwhile and were looked at again")
+    others = ", ".join(k for k in keys.key_ids if k != sealing)
     if not result.done:
-        _fail(f"{result.remaining} row(s) are still under another key: run it again")
-    out.print("every value is under the current key: the old keys can be removed")
+        keep = f"Keep the old keys ({others}); make" if others else "Make"
+        _fail(
+            f"{result.remaining:,} row(s) were still not under key {sealing} at the final count, "
+            f"after {result.passes} pass(es): rows are being written under another key or in "
+            f"clear (an instance not yet sealing under {sealing}, or without TENXSTORE_KEYS). "
+            f"{keep} {sealing} the sealing key of every instance, then run it again"
+        )
+    verdict = f"final count: 0 rows not under {sealing}, every value is sealed under it"
+    if others:
+        verdict += (
+            f"; the old keys ({others}) can be removed from TENXSTORE_KEYS once no "
+            "instance seals under them"
+        )
+    out.print(verdict)
+
+
+@command
+async def mark_sealed(
+    clear: Annotated[
+        bool,
+        typer.Option("--clear", help="Take the mark back (refused while any value is sealed)."),
+    ] = False,
+    url: Url = DEFAULT_URL,
+    schema: Schema = None,
+) -> None:
+    """Record in the database that the store holds sealed values: from then on a
+    checkpointer without TENXSTORE_KEYS refuses to write (it would store plaintext),
+    and `tenxstore doctor` without keys fails. Writes with a key ring, and
+    rotate-keys, mark it by themselves; this says so before they have. Needs no
+    key."""
+    async with _repo(url, schema, reads_only=True) as repo:
+        if clear:
+            await aclear_sealed(repo)
+            out.print("the store is no longer marked as holding sealed values")
+            return
+        since = await amark_sealed(repo)
+    out.print(
+        f"the store holds sealed values (marked {_when(since)}): writes without "
+        "TENXSTORE_KEYS are refused"
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -266,3 +355,4 @@ def register(app: typer.Typer) -> None:
     app.command()(prune)
     app.command()(stats)
     app.command("rotate-keys")(rotate_keys)
+    app.command("mark-sealed")(mark_sealed)

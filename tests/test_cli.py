@@ -17,21 +17,37 @@ from typer.testing import CliRunner
 import tenxstore
 from tenxstore import archive, migrate, serde
 from tenxstore.cli import app
+from tenxstore.langgraph import TenxCheckpointSaver
 from tests import services
 from tests.conftest import drop_schema, mysql_admin, new_mysql_database, new_schema
 
 runner = CliRunner()
 
 
+def database(kind: str, tmp_path: Path) -> Iterator[list[str]]:
+    """``--url``/``--schema`` arguments of an empty database of that kind."""
+    if kind == "sqlite":
+        yield ["--url", f"sqlite:///{tmp_path / 'cli.db'}"]
+    elif kind == "postgresql":
+        schema = new_schema()
+        yield ["--url", services.pg_url(), "--schema", schema]
+        asyncio.run(drop_schema(services.pg_url(), schema))
+    else:
+        url, name = asyncio.run(new_mysql_database())
+        yield ["--url", url]
+        asyncio.run(mysql_admin(services.mysql_url(), f"DROP DATABASE `{name}`"))
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]:
     """``--url``/``--schema`` arguments of an empty database."""
-    if request.param == "sqlite":
-        yield ["--url", f"sqlite:///{tmp_path / 'cli.db'}"]
-        return
-    schema = new_schema()
-    yield ["--url", services.pg_url(), "--schema", schema]
-    asyncio.run(drop_schema(services.pg_url(), schema))
+    yield from database(request.param, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
+def every_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]:
+    """The same, on each SQL database."""
+    yield from database(request.param, tmp_path)
 
 
 def repo_for(args: list[str]) -> tenxstore.CheckpointRepository:
@@ -95,6 +111,71 @@ def test_threads_show_and_history(db: list[str]) -> None:
     assert one.exit_code == 0 and '"turn": 1' in one.output
 
 
+def graph_threads(args: list[str]) -> None:
+    """Thread ``lg`` written by a LangGraph chat graph only (two turns), thread
+    ``both`` by the core API and then the graph."""
+    from tests.langgraph.test_threads import alice, chat
+
+    async def go() -> None:
+        async with repo_for(args) as repo:
+            await repo.asetup()
+            graph = chat(TenxCheckpointSaver(repo))
+            await repo.aput_checkpoint(
+                {"thread_id": "both", "user_id": "alice"},
+                {"core": True},
+                [{"role": "user", "content": "from the core API"}],
+            )
+            for text in ("hello [bold]there[/]", "and again"):
+                await graph.ainvoke({"messages": [("user", text)]}, alice("lg"))
+            await graph.ainvoke({"messages": [("user", "graph too")]}, alice("both"))
+
+    asyncio.run(go())
+
+
+def test_a_langgraph_thread_in_threads_show_and_history(every_db: list[str]) -> None:
+    graph_threads(every_db)
+    listed = invoke("threads", *every_db)
+    assert listed.exit_code == 0, listed.output
+    rows = [line for line in listed.output.splitlines() if "alice" in line]
+    # the last write first; LangGraph checkpoints counted (two turns: 6; one: 3)
+    assert [row.split("│")[1].strip() for row in rows] == ["both", "lg"], listed.output
+    assert [row.split("│")[5].strip() for row in rows] == ["3", "6"], listed.output
+
+    shown = invoke("show", "lg", *every_db, "--user", "alice")
+    assert shown.exit_code == 0, shown.output
+    assert "version 0" in shown.output and "LangGraph checkpoints 6" in shown.output
+    assert "step 4  source loop" in shown.output and "null" not in shown.output
+    conversation = [line.strip() for line in shown.output.splitlines() if line.startswith("  ")]
+    assert conversation[:4] == [
+        "human: hello [bold]there[/]",
+        "ai: reply 1",
+        "human: and again",
+        "ai: reply 3",
+    ], shown.output
+    assert invoke("show", "lg", *every_db, "--user", "mallory").exit_code == 1
+
+    both = invoke("show", "both", *every_db)
+    assert both.exit_code == 0, both.output
+    assert "state (core API), version 1:" in both.output and '"core": true' in both.output
+    assert "human: graph too" in both.output and "from the core API" not in both.output
+
+    history = invoke("history", "lg", *every_db)
+    assert history.exit_code == 0, history.output
+    ids = re.findall(r"│ ([0-9a-f-]{36}) │", history.output)
+    assert len(ids) == 6 and ids == sorted(ids, reverse=True), history.output
+    assert (
+        "branch:to:reply, messages" in history.output and "states (core API)" not in history.output
+    )
+    first_input = invoke("history", "lg", *every_db, "--checkpoint", ids[-1])
+    assert first_input.exit_code == 0, first_input.output
+    assert "step -1  source input" in first_input.output
+    assert "pending writes:" in first_input.output and "hello [bold]there[/]" in first_input.output
+    labelled = invoke("history", "both", *every_db)
+    assert "states (core API)" in labelled.output and "LangGraph checkpoints" in labelled.output
+    missing = invoke("history", "lg", *every_db, "--checkpoint", "nope")
+    assert missing.exit_code == 1 and "no LangGraph checkpoint 'nope'" in missing.output
+
+
 def export_all(args: list[str]) -> list[dict[str, Any]]:
     async def go() -> list[dict[str, Any]]:
         async with repo_for(args) as repo:
@@ -132,16 +213,17 @@ def test_export_then_import_reproduces_every_row(db: list[str], tmp_path: Path) 
     assert export_all(target)[0] == export_all(db)[0]
 
 
+@pytest.mark.slow
 def test_copy_sqlite_to_postgresql_resumes_and_verifies(tmp_path: Path) -> None:
     source = ["--url", f"sqlite:///{tmp_path / 'source.db'}"]
 
     async def many() -> None:
         async with repo_for(source) as repo:
             await repo.asetup()
-            for i in range(1000):
+            for i in range(600):  # two pages of aiter_threads (500 a page)
                 config = {"thread_id": f"t{i:04d}", "user_id": f"u{i % 7}"}
                 await repo.aput_checkpoint(config, {"i": i}, [{"id": "m", "i": i}])
-                if i % 100 == 0:
+                if i % 60 == 0:
                     await repo.arun_tool_once(config, "c", "t", {}, lambda: "ok")
 
     asyncio.run(many())
@@ -157,7 +239,7 @@ def test_copy_sqlite_to_postgresql_resumes_and_verifies(tmp_path: Path) -> None:
                 def stop_midway(_: str) -> None:
                     nonlocal done
                     done += 1
-                    if done == 400:
+                    if done == 250:
                         raise KeyboardInterrupt
 
                 with pytest.raises(KeyboardInterrupt):
@@ -166,8 +248,8 @@ def test_copy_sqlite_to_postgresql_resumes_and_verifies(tmp_path: Path) -> None:
         asyncio.run(interrupted())
         resumed = invoke("copy", source[1], destination[1], "--destination-schema", schema)
         assert resumed.exit_code == 0, resumed.output
-        assert "400 unchanged" in resumed.output and "600 created" in resumed.output
-        assert "holds 1000 thread(s)" in resumed.output
+        assert "250 unchanged" in resumed.output and "350 created" in resumed.output
+        assert "holds 600 thread(s)" in resumed.output
         assert export_all(destination) == export_all(source)  # row for row
     finally:
         asyncio.run(drop_schema(services.pg_url(), schema))

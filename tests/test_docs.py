@@ -19,7 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(python|sh)\n(.*?)^```", re.M | re.S)
 README_TEXT = (ROOT / "README.md").read_text()
-SCHEMAS = ("howto_swap", "howto_moved", "deploy_sample", "deploy_pooled", "operations_sample")
+SCHEMAS = (
+    "howto_swap",
+    "howto_moved",
+    "deploy_sample",
+    "deploy_pooled",
+    "operations_sample",
+    "memory_agent",
+)
 
 
 def samples() -> list[tuple[str, str, str]]:
@@ -30,6 +37,7 @@ def samples() -> list[tuple[str, str, str]]:
     return found
 
 
+@pytest.mark.slow  # a process each: run once in CI (the Python 3.11 leg)
 @pytest.mark.parametrize(("where", "language", "code"), samples(), ids=[s[0] for s in samples()])
 def test_sample_runs(where: str, language: str, code: str, tmp_path: Path) -> None:
     env = {
