@@ -4,17 +4,17 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 from tenxstore import AuthPolicy, MemoryStore
+from tests.memory.conftest import Clock
 from tests.test_cli import db, invoke, repo_for
 from tests.test_cli_lifecycle import row
 
 __all__ = ["db"]
 
 
-def seed(args: list[str]) -> None:
+def seed(args: list[str], clock: Clock) -> None:
     async def go() -> None:
         async with MemoryStore(repo_for(args)) as store:
             await store.asetup()
@@ -22,12 +22,12 @@ def seed(args: list[str]) -> None:
             await store.aupdate("alice", "seat", content="Prefers aisle seats")
             await store.astore("alice", "A note at work", key="note", namespace=("work",))
             await store.astore("bob", "Bob's code is QX-7731", key="code")
-            await store.astore("bob", "gone soon", key="tmp", ttl=0.05)
+            await store.astore("bob", "gone soon", key="tmp", ttl=60)
             await store.repository.aput_state({"thread_id": "t", "user_id": "alice"}, {"n": 1})
             await store.repository.aclose()
 
     asyncio.run(go())
-    time.sleep(0.1)  # bob's tmp expires
+    clock.advance(61)  # bob's tmp expires
 
 
 def keys(args: list[str]) -> list[tuple[str, str]]:
@@ -40,8 +40,8 @@ def keys(args: list[str]) -> list[tuple[str, str]]:
     return asyncio.run(go())
 
 
-def test_memories_commands(db: list[str]) -> None:
-    seed(db)
+def test_memories_commands(db: list[str], clock: Clock) -> None:
+    seed(db, clock)
     listed = invoke("memories", "list", *db)
     assert listed.exit_code == 0, listed.output
     assert "seat" in listed.output and "code" in listed.output and "tmp" not in listed.output
@@ -62,12 +62,12 @@ def test_memories_commands(db: list[str]) -> None:
     assert "memories  3 of 2 user(s)" in stats.output
 
 
-def test_delete_user_and_prune_and_export(db: list[str], tmp_path: Path) -> None:
-    seed(db)
+def test_delete_user_and_prune_and_export(db: list[str], tmp_path: Path, clock: Clock) -> None:
+    seed(db, clock)
     dump = tmp_path / "alice.jsonl"
     exported = invoke("export", "--user", "alice", "-o", str(dump), *db)
     assert exported.exit_code == 0 and "exported 3 line(s)" in exported.output  # t, 2 memories
-    kept = invoke("prune", "--idle-for", "1s", "--dry-run", *db)
+    kept = invoke("prune", "--idle-for", "1h", "--dry-run", *db)
     assert kept.exit_code == 0 and "memor" not in kept.output
     erased = invoke("delete-user", "alice", "--yes", *db)
     assert erased.exit_code == 0, erased.output
@@ -76,7 +76,7 @@ def test_delete_user_and_prune_and_export(db: list[str], tmp_path: Path) -> None
     imported = invoke("import", str(dump), *db)
     assert imported.exit_code == 0 and "2 memories created" in imported.output
     assert keys(db) == [("alice", "note"), ("alice", "seat"), ("bob", "code")]
-    time.sleep(1.1)
+    clock.advance(2)
     pruned = invoke("prune", "--idle-for", "1s", "--include-memories", *db)
     assert pruned.exit_code == 0, pruned.output
     assert row(pruned.output, "memories") == 4  # imported ones keep their times; tmp too

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 import pytest
 
 from tenxstore import ConfigError, MemoryNotFound, MemoryStore
+from tests.memory.conftest import Clock
 
-TTL = 0.3  # seconds: short, then waited out once per test
+TTL = 60  # seconds: passed on the stores' clock, never waited out
 
 
-async def test_expired_but_unswept_is_absent_to_every_method(memories: MemoryStore) -> None:
+async def test_expired_but_unswept_is_absent_to_every_method(
+    memories: MemoryStore, clock: Clock
+) -> None:
     await memories.astore("alice", "fleeting word", key="gone", ttl=TTL, namespace=("tmp",))
     await memories.aupdate("alice", "gone", content="fleeting word again", namespace=("tmp",))
     await memories.astore("alice", "lasting word", key="kept", ttl=timedelta(days=1))
-    await asyncio.sleep(TTL + 0.1)
+    clock.advance(TTL + 1)
     assert await memories.aget("alice", "gone", namespace=("tmp",)) is None
     assert await memories.ahistory("alice", "gone", namespace=("tmp",)) == []
     assert [m.key for m in await memories.alist("alice", namespace=())] == ["kept"]
@@ -31,19 +33,23 @@ async def test_expired_but_unswept_is_absent_to_every_method(memories: MemorySto
     ]
 
 
-async def test_deleting_an_expired_memory_says_it_was_gone(memories: MemoryStore) -> None:
+async def test_deleting_an_expired_memory_says_it_was_gone(
+    memories: MemoryStore, clock: Clock
+) -> None:
     await memories.astore("alice", "x", key="k", ttl=TTL)
-    await asyncio.sleep(TTL + 0.1)
+    clock.advance(TTL + 1)
     assert await memories.adelete("alice", "k") is False
     assert await memories.asweep_expired() == 0  # the delete took its row
 
 
-async def test_sweep_deletes_in_batches_with_the_history(memories: MemoryStore) -> None:
+async def test_sweep_deletes_in_batches_with_the_history(
+    memories: MemoryStore, clock: Clock
+) -> None:
     for n in range(7):
         await memories.astore("alice", f"m{n}", key=f"k{n}", ttl=TTL)
         await memories.aupdate("alice", f"k{n}", content=f"m{n} again")
     await memories.astore("alice", "stays", key="stay")
-    await asyncio.sleep(TTL + 0.1)
+    clock.advance(TTL + 1)
     assert await memories.asweep_expired(batch_size=3) == 7
     assert await memories.asweep_expired(batch_size=3) == 0
     store, v = memories._store, memories._rows.v

@@ -17,6 +17,7 @@ from tenxstore import AuthPolicy, ConfigError, MemoryStore, SchemaNotReady, Seri
 from tenxstore.langgraph import TenxStore
 from tenxstore.langgraph_items import VALUE_TAG
 from tenxstore.memory.sync import _blocking as run_blocking
+from tests.memory.conftest import Clock
 
 NS = ("prefs",)
 
@@ -175,7 +176,7 @@ async def test_users_never_see_each_other(lg_memories: MemoryStore) -> None:
 
 
 async def test_ttl_in_minutes_refreshed_on_read_without_a_new_version(
-    lg_memories: MemoryStore,
+    lg_memories: MemoryStore, clock: Clock
 ) -> None:
     store = TenxStore(lg_memories, user_id="alice", ttl={"default_ttl": 10})
     before = datetime.now(timezone.utc)
@@ -186,10 +187,12 @@ async def test_ttl_in_minutes_refreshed_on_read_without_a_new_version(
     assert timedelta(minutes=9) < first.expires_at - before < timedelta(minutes=11)
     await store.aget(NS, "k", refresh_ttl=False)
     assert (await lg_memories.aget("alice", "k", namespace=NS)) == first
+    clock.advance(1)
     await store.aget(NS, "k")  # refresh_on_read defaults to True
     moved = await lg_memories.aget("alice", "k", namespace=NS)
     assert moved is not None and moved.expires_at > first.expires_at  # type: ignore[operator]
     assert (moved.version, moved.updated_at, moved.content) == (1, first.updated_at, first.content)
+    clock.advance(1)
     await store.asearch(NS)
     searched = await lg_memories.aget("alice", "k", namespace=NS)
     assert searched.expires_at > moved.expires_at  # type: ignore[operator,union-attr]
@@ -204,13 +207,13 @@ async def test_ttl_in_minutes_refreshed_on_read_without_a_new_version(
     assert (await lg_memories.aget("alice", "k", namespace=NS)).version == 1  # type: ignore[union-attr]
 
     # expiry mid-run: gone from every read, swept later
-    await store.aput(NS, "brief", {"v": 3}, ttl=0.3 / 60)
+    await store.aput(NS, "brief", {"v": 3}, ttl=1)  # a minute on the stores' clock
     assert (await store.aget(NS, "brief")) is not None
-    await asyncio.sleep(0.5)
+    clock.advance(61)
     assert await store.aget(NS, "brief") is None
     assert "brief" not in [i.key for i in await store.asearch(NS, query="3")]
-    await store.aput(("brief-ns",), "b", {"v": 4}, ttl=0.3 / 60)
-    await asyncio.sleep(0.5)
+    await store.aput(("brief-ns",), "b", {"v": 4}, ttl=1)
+    clock.advance(61)
     assert ("brief-ns",) not in await store.alist_namespaces()
     assert await store.asweep_ttl() == 2
     await store.aput(NS, "brief", {"v": 5})  # a new life of the key

@@ -3,7 +3,6 @@ export/import/copy, sealed values, key rotation and the key counts."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 from datetime import timedelta
 from pathlib import Path
@@ -22,6 +21,7 @@ from tenxstore import (
 from tenxstore.keyusage import akey_usage
 from tenxstore.rotation import arotate_keys, astale_rows
 from tests.conftest import SQL_BACKENDS, TEST_KEYS, Backend, backend_for, cfg
+from tests.memory.conftest import Clock
 
 
 async def _seed(store: MemoryStore) -> None:
@@ -51,12 +51,12 @@ async def test_delete_user_erases_memories_and_their_history(backend: Backend) -
     assert {row.user_id for row in await store._store.read(r.select())} == {"bob"}
 
 
-async def test_prune_leaves_memories_unless_asked(backend: Backend) -> None:
+async def test_prune_leaves_memories_unless_asked(backend: Backend, clock: Clock) -> None:
     cp = await backend.make()
     store = MemoryStore(cp)
     await _seed(store)
-    await asyncio.sleep(0.35)
-    idle = timedelta(seconds=0.3)
+    idle = timedelta(hours=1)
+    clock.advance(idle.total_seconds() + 60)
     kept = await cp.aprune_idle(idle)
     assert kept.memories == 0 and len(await store.alist("alice", namespace=())) == 2
     fresh = await store.astore("alice", "written just now", key="fresh")

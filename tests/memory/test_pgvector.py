@@ -17,6 +17,7 @@ from sqlalchemy import func, select, text
 from tenxstore import CheckpointRepository, MemoryStore
 from tenxstore.backends.pgvector import aenable, astatus, doctor_line, index_name
 from tests import services
+from tests.memory.conftest import Clock
 from tests.memory.embeddings import HashingEmbedding
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -165,15 +166,17 @@ async def test_search_goes_through_the_index_and_never_across_tenants(
     await repo.aclose()
 
 
-async def test_writes_deletes_and_reembed_keep_the_column(vector_url: str, schema: str) -> None:
+async def test_writes_deletes_and_reembed_keep_the_column(
+    vector_url: str, schema: str, clock: Clock
+) -> None:
     repo = await _enabled(vector_url, schema)
     store = MemoryStore(repo, embedding=HashingEmbedding())
     await store.astore("alice", "Alice has a golden retriever", key="pet")
-    await store.astore("alice", "Alice drinks a double espresso", key="coffee", ttl=0.3)
+    await store.astore("alice", "Alice drinks a double espresso", key="coffee", ttl=60)
     assert (await store.asearch("alice", "retrievers", mode="vector"))[0].memory.key == "pet"
     await store.aupdate("alice", "pet", content="Alice adopted a grey cat")
     assert (await store.asearch("alice", "grey cats", mode="vector"))[0].memory.key == "pet"
-    await asyncio.sleep(0.4)
+    clock.advance(61)
     assert [h.memory.key for h in await store.asearch("alice", "espresso", mode="vector")] == [
         "pet"
     ]  # the expired one is filtered in SQL

@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 from tenxstore import ConfigError, EmbeddingError, MemoryStore
 from tenxstore.memory.vectors import CACHE
 from tests.conftest import Backend
+from tests.memory.conftest import Clock
 from tests.memory.embeddings import HashingEmbedding
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -248,11 +249,11 @@ async def test_a_write_without_an_embedding_drops_the_stale_vector(vstore: Memor
     assert (await vstore.asearch("alice", "grey cats", mode="vector"))[0].memory.key == "pet"
 
 
-async def test_expired_memories_are_never_found(vstore: MemoryStore) -> None:
+async def test_expired_memories_are_never_found(vstore: MemoryStore, clock: Clock) -> None:
     await _fill(vstore)
-    await vstore.astore("alice", "Alice espresso espresso", key="brief", ttl=0.3)
+    await vstore.astore("alice", "Alice espresso espresso", key="brief", ttl=60)
     assert (await vstore.asearch("alice", "espresso", mode="vector"))[0].memory.key == "brief"
-    await asyncio.sleep(0.4)  # the cached matrix still holds it: its expiry applies
+    clock.advance(61)  # the cached matrix still holds it: its expiry applies
     for mode in ("hybrid", "vector"):
         hits = await vstore.asearch("alice", "espresso", limit=20, mode=mode)
         assert "brief" not in [h.memory.key for h in hits]
@@ -334,10 +335,12 @@ def test_sync_twins(tmp_path: Path) -> None:
     store.close()
 
 
-async def test_vectors_are_dropped_with_their_memory_by_a_sweep(vstore: MemoryStore) -> None:
-    await vstore.astore("alice", "brief espresso", key="brief", ttl=0.2)
+async def test_vectors_are_dropped_with_their_memory_by_a_sweep(
+    vstore: MemoryStore, clock: Clock
+) -> None:
+    await vstore.astore("alice", "brief espresso", key="brief", ttl=60)
     await vstore.astore("alice", "lasting espresso", key="lasting")
-    await asyncio.sleep(0.3)
+    clock.advance(61)
     assert await vstore.asweep_expired() == 1
     assert await _vectors(vstore) == 1
 
