@@ -143,9 +143,39 @@ def mysql_url() -> str:
 
 
 @functools.cache
+@functools.cache
 def redis_url() -> str:
-    """The Redis URL for this test run (fails or skips by the rule above)."""
-    return _service("TENXSTORE_TEST_REDIS_URL", DEFAULT_REDIS_URL, 6379, "Redis", _redis_container)
+    """The Redis URL for this test run (fails or skips by the rule above): under
+    pytest-xdist, a database of this worker's own on that server (see redis_db)."""
+    url = _service("TENXSTORE_TEST_REDIS_URL", DEFAULT_REDIS_URL, 6379, "Redis", _redis_container)
+    name = worker()
+    if name is None:
+        return url
+    parts = urlsplit(url)
+    base = int(parts.path.strip("/") or 0)
+    # Two runs may share the server on neighbouring databases (CI: 0 and 1), so a
+    # worker's database steps by two: gw0 of a run on 0 gets 2, of a run on 1 gets 3...
+    database = base + 2 * (int(name.removeprefix("gw")) + 1)
+    mine = parts._replace(path=f"/{database}").geturl()
+    import redis
+
+    client = redis.Redis.from_url(mine)
+    try:
+        client.ping()
+    except redis.ResponseError as error:  # "DB index is out of range"
+        raise RuntimeError(
+            f"xdist worker {name} needs Redis database {database} of {url!r} ({error}): "
+            "run fewer workers, or give the server more databases"
+        ) from error
+    finally:
+        client.close()
+    return mine
+
+
+def redis_db() -> int:
+    """The Redis database index of this run's (and worker's) URL: for a URL of another
+    port that reaches the same server (a proxy) on the same database."""
+    return int(urlsplit(redis_url()).path.strip("/") or 0)
 
 
 def _required(what: str) -> None:

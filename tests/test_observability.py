@@ -248,7 +248,9 @@ async def test_redis_answering_again_is_logged_once(
     sqlite_repo: CheckpointRepository, caplog: pytest.LogCaptureFixture
 ) -> None:
     link = await TcpProxy(urlsplit(services.redis_url()).port or 6379).start()
-    cp = cached(sqlite_repo, f"redis://127.0.0.1:{link.port}/0", redis_backoff=0.05)
+    cp = cached(
+        sqlite_repo, f"redis://127.0.0.1:{link.port}/{services.redis_db()}", redis_backoff=0.05
+    )
     try:
         with caplog.at_level(logging.INFO, logger="tenxstore"):
             await cp.aget_state_cache(cfg())

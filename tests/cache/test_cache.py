@@ -323,9 +323,13 @@ async def test_entries_that_went_stale_while_redis_was_unreachable_are_never_ser
 ) -> None:
     link = await TcpProxy(port_of(redis_url)).start()
     try:
-        cp = wrap(redis_url=f"redis://127.0.0.1:{link.port}/0", key_prefix="cachetest")
+        cp = wrap(
+            redis_url=f"redis://127.0.0.1:{link.port}/{services.redis_db()}", key_prefix="cachetest"
+        )
         cp_backoff = wrap(
-            redis_url=f"redis://127.0.0.1:{link.port}/0", key_prefix="cachetest", redis_backoff=0.05
+            redis_url=f"redis://127.0.0.1:{link.port}/{services.redis_db()}",
+            key_prefix="cachetest",
+            redis_backoff=0.05,
         )
         await cp_backoff.aput_state(cfg(), {"n": 1})
         assert await cp_backoff.aget_state_cache(cfg()) == {"n": 1}

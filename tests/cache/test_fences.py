@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 
 from tenxstore import CachedCheckpointer, CheckpointRepository, SqliteCheckpointer, StaleStateError
 from tenxstore.cache import cache_key
+from tests import services
 from tests.conftest import cfg, drop_schema, new_schema
 from tests.servers import TcpProxy
 
@@ -148,7 +149,7 @@ async def test_a_read_never_gets_ahead_of_the_replay_after_an_outage(
     prefix = f"cachetest-{pg_schema}"
     cp = CachedCheckpointer(
         CheckpointRepository(pg_url, schema=pg_schema),
-        redis_url=f"redis://127.0.0.1:{link.port}/0",
+        redis_url=f"redis://127.0.0.1:{link.port}/{services.redis_db()}",
         key_prefix=prefix,
         redis_timeout=2.0,
         redis_backoff=0.05,
