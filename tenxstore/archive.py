@@ -31,7 +31,7 @@ import msgspec.structs
 
 from .crypto import EXPORT, KeyRing, sealed_key_id
 from .errors import ConfigError, ImportConflict, TenxStoreError
-from .langgraph_values import AllowedTypes, allowed_set
+from .langgraph.values import AllowedTypes, allowed_set
 from .memory.archive import (
     MemoryExport,
     export_memories,

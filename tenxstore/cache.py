@@ -33,8 +33,8 @@ from .boundary import guard, guard_iter
 from .config import RunIds, read_config, record_read, recorded_incarnation, recorded_version
 from .crypto import CACHE, KeyRing, Life
 from .errors import CacheUnreachable, ConfigError, DecryptionError, StaleStateError
-from .langgraph_tables import LangGraphTables
-from .langgraph_values import AllowedTypes
+from .langgraph.tables import LangGraphTables
+from .langgraph.values import AllowedTypes
 from .lifecycle import DEFAULT_BATCH_SIZE, DEFAULT_SAMPLE, BatchHook, DeleteResult, ProgressHook
 from .protocol import Checkpointer
 from .redis_cache import BLANKET, INCARNATION_MEMBER, MAX_PUT_AGE, Entry, Fence, RedisCache

@@ -71,7 +71,7 @@ async def import_langgraph(
     """Import the threads of LangGraph's PostgresSaver or SqliteSaver (every namespace's
     checkpoints, pending writes and values), one transaction per thread, each verified;
     run it again after a failure to finish (imported threads are unchanged)."""
-    from .langgraph_import import aimport_langgraph
+    from .langgraph.importer import aimport_langgraph
 
     if shared and (user_id is not None or user_from_metadata is not None):
         raise ConfigError("--shared imports threads without an owner: no --user-id with it")

@@ -35,8 +35,8 @@ from .crypto import (
 )
 from .deltas import BrokenChain, Stored, rebuild
 from .errors import ConfigError, ImportConflict, SerializationError
-from .langgraph_tables import run_id_of
-from .langgraph_values import AllowedTypes, allowed_set, check_value
+from .langgraph.tables import run_id_of
+from .langgraph.values import AllowedTypes, allowed_set, check_value
 from .serde import decode, encode, encode_state
 from .statements import load, snapshot_of, thread_info, tool_execution, utc
 from .store import Store, message_role
@@ -186,7 +186,7 @@ class ThreadExports:
 
         Its LangGraph values come from outside this process: each must be one that
         LangGraph's strict serde opens (its safe types, and ``allowed_types``),
-        else nothing is written (see :mod:`tenxstore.langgraph_values`).
+        else nothing is written (see :mod:`tenxstore.langgraph.values`).
 
         Returns:
             ``"created"``, ``"unchanged"``, ``"skipped"`` or ``"replaced"``.
@@ -424,7 +424,7 @@ def _sealed(keys: KeyRing, thread_id: Any, rows: dict[str, Any], life: Life) -> 
 
 def check_langgraph_values(rows: dict[str, Any], allowed: frozenset[tuple[str, ...]]) -> None:
     """Every LangGraph value of :func:`import_rows` one that the strict serde opens
-    (see :func:`tenxstore.langgraph_values.check_value`).
+    (see :func:`tenxstore.langgraph.values.check_value`).
 
     Raises:
         SerializationError: One is not; the message names it.

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
-from .langgraph_tables import LangGraphTables
-from .langgraph_values import AllowedTypes
+from .langgraph.tables import LangGraphTables
+from .langgraph.values import AllowedTypes
 from .lifecycle import DEFAULT_BATCH_SIZE, DEFAULT_SAMPLE, BatchHook, DeleteResult, ProgressHook
 from .stats import StoreStats
 from .types import (

@@ -30,8 +30,8 @@ from .config import record_read, recorded_incarnation, recorded_version
 from .crypto import MESSAGE, META, METADATA, NAME, STATE, KeyRing, Life, life_of
 from .errors import ConfigError, SerializationError, StaleStateError, TenxStoreError
 from .exports import ThreadExports
-from .langgraph_tables import LangGraphTables
-from .langgraph_values import AllowedTypes
+from .langgraph.tables import LangGraphTables
+from .langgraph.values import AllowedTypes
 from .ledger import ToolLedger
 from .lifecycle import (
     DEFAULT_BATCH_SIZE,
@@ -179,7 +179,7 @@ class CheckpointRepository:
         self.exports = ThreadExports(store)
         """Whole-thread export and import (:class:`~tenxstore.exports.ThreadExports`)."""
         self.langgraph = LangGraphTables(store)
-        """LangGraph's tables (:class:`~tenxstore.langgraph_tables.LangGraphTables`)."""
+        """LangGraph's tables (:class:`~tenxstore.langgraph.tables.LangGraphTables`)."""
         self.lifecycle = Lifecycle(store)
         """Erasing users and retiring idle threads (:class:`~tenxstore.lifecycle.Lifecycle`)."""
         self.stats = Stats(store)

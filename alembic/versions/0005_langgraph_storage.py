@@ -37,7 +37,7 @@ _BATCH = 1000
 
 
 def _run_id(metadata: str) -> str | None:
-    # Frozen here (tenxstore.langgraph_tables.run_id_of writes the same for new rows).
+    # Frozen here (tenxstore.langgraph.tables.run_id_of writes the same for new rows).
     run_id = json.loads(metadata).get("run_id")
     if not isinstance(run_id, str):
         return None

@@ -507,7 +507,7 @@ async def give_back(conn: AsyncConnection, name: str) -> None:
 class LangGraphFastPath(Protocol):
     """A backend's one-round-trip LangGraph paths (see :meth:`Backend.langgraph_fast_path`):
     each commits only the common case, or writes nothing and says so, and the portable
-    locked path of :mod:`tenxstore.langgraph_tables` then does the work."""
+    locked path of :mod:`tenxstore.langgraph.tables` then does the work."""
 
     @property
     def available(self) -> bool:

@@ -60,7 +60,7 @@ from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from .. import telemetry
 from ..errors import ConfigError, ConnectionLost
-from ..langgraph_columns import CodePointOrder
+from ..langgraph.columns import CodePointOrder
 from ..models import Tables
 from .base import (
     OPENING_ERRORS,

@@ -1,7 +1,7 @@
 """PostgreSQL's one-statement LangGraph paths: a put, a task's writes and a read of one
 checkpoint, each ONE statement run at driver level (:meth:`PostgresBackend.run_statement`).
 
-The portable paths are in :mod:`tenxstore.langgraph_tables`; it asks the backend for
+The portable paths are in :mod:`tenxstore.langgraph.tables`; it asks the backend for
 these (:meth:`~tenxstore.backends.base.Backend.langgraph_fast_path`) and takes them
 when they are there. What a put commits here, and when it writes nothing and leaves
 the work to the locked path, is said on :class:`OneStatement`.
@@ -26,7 +26,7 @@ from sqlalchemy import (
     update,
 )
 
-from ..langgraph_columns import BLOB_COLUMNS, LONGEST, write_order
+from ..langgraph.columns import BLOB_COLUMNS, LONGEST, write_order
 from .driver import DriverStatement
 
 if TYPE_CHECKING:

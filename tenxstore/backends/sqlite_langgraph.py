@@ -1,7 +1,7 @@
 """SQLite's one-hop LangGraph paths: a put, a task's writes and a read of one checkpoint,
 each in ONE thread hop on the file's pysqlite connection (:class:`~.sqlite.HotPath`).
 
-The portable paths are in :mod:`tenxstore.langgraph_tables`; it asks the backend for
+The portable paths are in :mod:`tenxstore.langgraph.tables`; it asks the backend for
 these (:meth:`~tenxstore.backends.base.Backend.langgraph_fast_path`).
 """
 
@@ -23,7 +23,7 @@ from sqlalchemy import (
     update,
 )
 
-from ..langgraph_columns import BLOB_COLUMNS, LONGEST, write_order
+from ..langgraph.columns import BLOB_COLUMNS, LONGEST, write_order
 from ..serde import decode
 from .driver import DriverStatement
 

@@ -444,8 +444,8 @@ async def test_delta_channel_history_of_every_checkpoint_as_langgraph_reads_it(
     read in one statement and the long way alike; another user reads nothing."""
     from langgraph.checkpoint.memory import InMemorySaver
 
-    import tenxstore.langgraph_reads as reads
-    import tenxstore.langgraph_sql as statements
+    import tenxstore.langgraph.reads as reads
+    import tenxstore.langgraph.sql as statements
 
     def values(found: Any) -> Any:
         writes, seeds = found

@@ -24,7 +24,7 @@ from sqlalchemy import select, update
 from tenxstore import ConfigError, SerializationError, archive
 from tenxstore.crypto import BLOB, life_of
 from tenxstore.langgraph import TenxCheckpointSaver
-from tenxstore.langgraph_values import check_value
+from tenxstore.langgraph.values import check_value
 from tests.conftest import Backend
 from tests.langgraph.test_threads import alice, chat
 

@@ -18,7 +18,7 @@ from typing_extensions import TypedDict
 
 from tenxstore import ConfigError, MemoryStore
 from tenxstore.langgraph import MemoryConfig, TenxCheckpointSaver, TenxStore, memory_tools
-from tenxstore.langgraph_memory import query_of
+from tenxstore.langgraph.memory import query_of
 from tests.conftest import Backend
 
 

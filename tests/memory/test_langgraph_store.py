@@ -15,7 +15,7 @@ from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp, SearchOp
 
 from tenxstore import AuthPolicy, ConfigError, MemoryStore, SchemaNotReady, SerializationError
 from tenxstore.langgraph import TenxStore
-from tenxstore.langgraph_items import VALUE_TAG
+from tenxstore.langgraph.items import VALUE_TAG
 from tenxstore.memory.sync import _blocking as run_blocking
 from tests.memory.conftest import Clock
 

@@ -13,19 +13,19 @@ from sqlalchemy import (
     update,
 )
 
-from .backends.base import LangGraphFastPath
-from .config import RunIds, recorded_incarnation
-from .crypto import BLOB, CHECKPOINT, WRITE, Life, check_type, life_of
-from .deltas import BlobWrite, Stored, blob_write, rebuild
-from .errors import StaleStateError
-from .langgraph_core import (
+from ..backends.base import LangGraphFastPath
+from ..config import RunIds, recorded_incarnation
+from ..crypto import BLOB, CHECKPOINT, WRITE, Life, check_type, life_of
+from ..deltas import BlobWrite, Stored, blob_write, rebuild
+from ..errors import StaleStateError
+from ..serde import encode
+from .core import (
     BATCH,
     REMEMBERED,
     Values,
 )
-from .langgraph_sql import value_chain
-from .langgraph_upkeep import Upkeep
-from .serde import encode
+from .sql import value_chain
+from .upkeep import Upkeep
 
 __all__ = ["Puts"]
 

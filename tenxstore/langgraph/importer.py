@@ -1,7 +1,7 @@
 """Moving in from LangGraph's own savers: :func:`aimport_langgraph`.
 
 Threads written by ``PostgresSaver`` / ``AsyncPostgresSaver`` or ``SqliteSaver`` /
-``AsyncSqliteSaver`` (see :mod:`tenxstore.langgraph_sources` for the versions read)
+``AsyncSqliteSaver`` (see :mod:`tenxstore.langgraph.sources` for the versions read)
 become tenxstore threads, stored as :class:`~tenxstore.langgraph.TenxCheckpointSaver`
 stores what a graph writes: every namespace's checkpoints with their parents,
 metadata and channel versions, pending writes, and each channel's value once per
@@ -26,19 +26,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .archive import OPERATOR
-from .crypto import BLOB, CHECKPOINT, WRITE, Life, life_of
-from .errors import ConfigError, ImportConflict, SerializationError, TenxStoreError
-from .langgraph import TenxCheckpointSaver
-from .langgraph_moves import Materializer, digest, keys_of, row_time
-from .langgraph_sources import Source, SourceWrite, open_source
-from .langgraph_tables import run_id_of
-from .langgraph_values import AllowedTypes, check_value
-from .loops import BackgroundLoop
-from .protocol import Checkpointer
-from .serde import decode, encode
-from .types import AuthPolicy
-from .validate import check_id, check_text
+from ..archive import OPERATOR
+from ..crypto import BLOB, CHECKPOINT, WRITE, Life, life_of
+from ..errors import ConfigError, ImportConflict, SerializationError, TenxStoreError
+from ..loops import BackgroundLoop
+from ..protocol import Checkpointer
+from ..serde import decode, encode
+from ..types import AuthPolicy
+from ..validate import check_id, check_text
+from .moves import Materializer, digest, keys_of, row_time
+from .saver import TenxCheckpointSaver
+from .sources import Source, SourceWrite, open_source
+from .tables import run_id_of
+from .values import AllowedTypes, check_value
 
 __all__ = ["LangGraphImport", "aimport_langgraph", "import_langgraph"]
 
@@ -178,7 +178,7 @@ class _Importer:
         """The thread's rows, written under its lock (the thread created for ``user``)."""
         from sqlalchemy import insert, update
 
-        from .config import RunIds
+        from ..config import RunIds
 
         store, tables = self.store, self.store.tables
         ids = RunIds(thread_id=thread_id, user_id=user, isolated=False)
@@ -316,7 +316,7 @@ class _Importer:
 
 def _options(**given: Any) -> dict[str, Any]:
     """The checked arguments of an import (before any I/O)."""
-    from .langgraph_values import allowed_set
+    from .values import allowed_set
 
     if given["user_id"] is not None and given["user_from_metadata"] is not None:
         raise ConfigError("give user_id or user_from_metadata, not both")

@@ -7,7 +7,7 @@ serde; this module stores and finds them.
 
 from __future__ import annotations
 
-from .langgraph_core import (
+from .core import (
     INTERRUPT,
     KEY,
     KeyLimits,
@@ -16,8 +16,8 @@ from .langgraph_core import (
     run_id_of,
     uses_delta_channels,
 )
-from .langgraph_puts import Puts
-from .langgraph_reads import Reads
+from .puts import Puts
+from .reads import Reads
 
 __all__ = [
     "INTERRUPT",
@@ -34,9 +34,9 @@ __all__ = [
 class LangGraphTables(Puts, Reads):
     """LangGraph checkpoints and writes of a repository's threads.
 
-    Its parts, each a module: :mod:`~tenxstore.langgraph_core` (state, sealing, key
-    limits), :mod:`~tenxstore.langgraph_puts` (puts and writes),
-    :mod:`~tenxstore.langgraph_reads` (reads and histories),
-    :mod:`~tenxstore.langgraph_upkeep` (pruning, deleting runs, copying) and
-    :mod:`~tenxstore.langgraph_sql` (the statements built once per store).
+    Its parts, each a module: :mod:`~tenxstore.langgraph.core` (state, sealing, key
+    limits), :mod:`~tenxstore.langgraph.puts` (puts and writes),
+    :mod:`~tenxstore.langgraph.reads` (reads and histories),
+    :mod:`~tenxstore.langgraph.upkeep` (pruning, deleting runs, copying) and
+    :mod:`~tenxstore.langgraph.sql` (the statements built once per store).
     """

@@ -22,10 +22,10 @@ from typing import Any
 
 from langgraph.store.base import InvalidNamespaceError, MatchCondition
 
-from .errors import ConfigError, SerializationError
-from .memory.validation import MAX_CONTENT_BYTES, same
-from .serde import decode, encode
-from .types import Memory
+from ..errors import ConfigError, SerializationError
+from ..memory.validation import MAX_CONTENT_BYTES, same
+from ..serde import decode, encode
+from ..types import Memory
 
 __all__ = [
     "VALUE_TAG",

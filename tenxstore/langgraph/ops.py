@@ -21,10 +21,10 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from .errors import ConfigError
-from .langgraph_items import Predicate, check_filter, check_labels, check_ttl_minutes, to_memory
-from .memory.validation import check_content, check_key, check_metadata, check_namespace
-from .validate import check_count, is_int
+from ..errors import ConfigError
+from ..memory.validation import check_content, check_key, check_metadata, check_namespace
+from ..validate import check_count, is_int
+from .items import Predicate, check_filter, check_labels, check_ttl_minutes, to_memory
 
 __all__ = ["Get", "Listing", "Prepared", "Put", "Search", "prepare"]
 

@@ -28,11 +28,10 @@ method).
 
 from __future__ import annotations
 
-import importlib
 import random
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 try:
     from langchain_core.runnables import RunnableConfig
@@ -53,67 +52,29 @@ try:
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError("tenxstore.langgraph needs: pip install 'tenxstore[langgraph]'") from exc
 
-from .boundary import guard_iter
-from .config import INCARNATION_KEY
-from .crypto import CHECKPOINT, WRITE, Life, life_of, open_typed
-from .errors import ConfigError, MissingThreadId, SerializationError
-from .langgraph_runs import ainvoke_retrying, idempotent_input, invoke_retrying
-from .langgraph_tables import Values, run_id_of
-from .langgraph_values import AllowedTypes, allowed_set
-from .loops import LANGGRAPH_LOOP
-from .protocol import Checkpointer
-from .serde import decode, encode
-from .telemetry import traced
-from .types import AuthPolicy
-from .validate import check_id, check_text
-
-if TYPE_CHECKING:  # imported when first asked for (see __getattr__)
-    from .langgraph_export import acopy_langgraph_thread
-    from .langgraph_import import LangGraphImport, aimport_langgraph, import_langgraph
-    from .langgraph_memory import MemoryConfig, format_memories, memory_tools
-    from .langgraph_store import TenxStore
-    from .langgraph_tools import ReplaySafeToolNode
+from ..boundary import guard_iter
+from ..config import INCARNATION_KEY
+from ..crypto import CHECKPOINT, WRITE, Life, life_of, open_typed
+from ..errors import ConfigError, MissingThreadId, SerializationError
+from ..loops import LANGGRAPH_LOOP
+from ..protocol import Checkpointer
+from ..serde import decode, encode
+from ..telemetry import traced
+from ..types import AuthPolicy
+from ..validate import check_id, check_text
+from .runs import ainvoke_retrying, idempotent_input, invoke_retrying
+from .tables import Values, run_id_of
+from .values import AllowedTypes, allowed_set
 
 __all__ = [
     "DEFAULT_HISTORY_LIMIT",
     "HEAD_KEY",
-    "LangGraphImport",
-    "MemoryConfig",
-    "ReplaySafeToolNode",
     "TenxCheckpointSaver",
-    "TenxStore",
-    "acopy_langgraph_thread",
-    "aimport_langgraph",
     "ainvoke_retrying",
-    "format_memories",
     "idempotent_input",
-    "import_langgraph",
     "invoke_retrying",
-    "memory_tools",
     "run_life",
 ]
-_LAZY = {
-    # moving threads in from LangGraph's own savers, and back (they import this module)
-    "LangGraphImport": "langgraph_import",
-    "aimport_langgraph": "langgraph_import",
-    "import_langgraph": "langgraph_import",
-    "acopy_langgraph_thread": "langgraph_export",
-    "ReplaySafeToolNode": "langgraph_tools",
-    "TenxStore": "langgraph_store",
-    "MemoryConfig": "langgraph_memory",
-    "memory_tools": "langgraph_memory",
-    "format_memories": "langgraph_memory",
-}
-
-
-def __getattr__(name: str) -> Any:
-    """Names whose modules need more than the saver does (LangGraph's store and
-    prebuilt nodes, LangChain's tools), imported when first asked for: a program that
-    only checkpoints does not pay for them."""
-    if name in _LAZY:
-        module = importlib.import_module(f"tenxstore.{_LAZY[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 DEFAULT_HISTORY_LIMIT = 100

@@ -14,10 +14,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DBAPIError
 
-from .config import RunIds
-from .crypto import BLOB, CHECKPOINT, WRITE, Life, life_of, open_typed
-from .errors import TenxStoreError
-from .langgraph_core import (
+from ..config import RunIds
+from ..crypto import BLOB, CHECKPOINT, WRITE, Life, life_of, open_typed
+from ..errors import TenxStoreError
+from ..serde import decode
+from .core import (
     BATCH,
     INTERRUPT,
     NS_END,
@@ -27,7 +28,6 @@ from .langgraph_core import (
     root_of,
     run_id_of,
 )
-from .serde import decode
 
 __all__ = ["Upkeep"]
 

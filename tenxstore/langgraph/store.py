@@ -2,7 +2,7 @@
 
 ``graph.compile(checkpointer=..., store=TenxStore(MemoryStore(cp)))`` gives a graph
 long-term memory in the checkpointer's own database. Each item is one user's memory
-(the value shape is in :mod:`tenxstore.langgraph_items`): the user is the store's own
+(the value shape is in :mod:`tenxstore.langgraph.items`): the user is the store's own
 (``user_id=`` / :meth:`TenxStore.for_user`) or the run's (``user_id`` in the run
 config), so two users' runs of one graph never see each other's items.
 
@@ -28,21 +28,21 @@ from langgraph.store.base import (
     TTLConfig,
 )
 
-from .errors import ConfigError
-from .langgraph_items import Predicate, matches, ttl_minutes, value_of
-from .langgraph_ops import Get, Listing, Put, Search, prepare
-from .langgraph_ttl import TTLSweeper, check_ttl_config
-from .memory import search
-from .memory.expiry import Refresh, arefresh
-from .memory.store import MemoryStore
-from .memory.sync import _blocking as run_blocking  # the memory store's loop and pool
-from .memory.validation import (
+from ..errors import ConfigError
+from ..memory import search
+from ..memory.expiry import Refresh, arefresh
+from ..memory.store import MemoryStore
+from ..memory.sync import _blocking as run_blocking  # the memory store's loop and pool
+from ..memory.validation import (
     MAX_LIMIT,
     MAX_QUERY,
     check_policy,
     check_user,
 )
-from .types import AuthPolicy, Memory
+from ..types import AuthPolicy, Memory
+from .items import Predicate, matches, ttl_minutes, value_of
+from .ops import Get, Listing, Put, Search, prepare
+from .ttl import TTLSweeper, check_ttl_config
 
 __all__ = ["SHARED_USER", "TenxStore", "run_config", "shared_owner"]
 
@@ -92,7 +92,7 @@ def _indexed(
     LangGraph's stores keep it), and its fields tokenized."""
     from langgraph.store.base.embed import tokenize_path
 
-    from .embeddings import as_embedding
+    from ..embeddings import as_embedding
 
     if not isinstance(index, Mapping):
         raise ConfigError(f"index must be a LangGraph IndexConfig (a dict), not {index!r}")
@@ -224,7 +224,7 @@ class TenxStore(TTLSweeper, BaseStore):
     async def areembed(self, embedding: Any = None, *, batch_size: int = 100) -> int:
         """Redo the vectors of the items (:meth:`~tenxstore.MemoryStore.areembed`),
         embedding each item's fields as a put does."""
-        from .langgraph_items import VALUE_TAG
+        from .items import VALUE_TAG
 
         def text_of(memory: Memory) -> str | None:
             value = value_of(memory)

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from .errors import ConfigError, StaleStateError
+from ..errors import ConfigError, StaleStateError
 
 __all__ = ["DEFAULT_ATTEMPTS", "ainvoke_retrying", "idempotent_input", "invoke_retrying"]
 

@@ -1,4 +1,4 @@
-"""Reading the tables of LangGraph's own savers, for :mod:`tenxstore.langgraph_import`.
+"""Reading the tables of LangGraph's own savers, for :mod:`tenxstore.langgraph.importer`.
 
 Two kinds of source, one small reader each, chosen by the URL:
 
@@ -45,9 +45,9 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from .backends import async_url
-from .errors import ConfigError, SerializationError
-from .serde import decode
+from ..backends import async_url
+from ..errors import ConfigError, SerializationError
+from ..serde import decode
 
 __all__ = [
     "POSTGRES_MIGRATIONS",

@@ -1,4 +1,4 @@
-"""What every part of :class:`~tenxstore.langgraph_tables.LangGraphTables` shares: the
+"""What every part of :class:`~tenxstore.langgraph.tables.LangGraphTables` shares: the
 limits of the key columns, a put's values, sealing, and the table set's state.
 """
 
@@ -16,13 +16,13 @@ from sqlalchemy import (
     delete,
 )
 
-from .backends.base import LangGraphFastPath
-from .config import RunIds, recorded_incarnation
-from .crypto import BLOB, KeyRing, Life, check_type, open_typed
-from .deltas import Bases, BlobWrite, Stored, blob_write
-from .langgraph_sql import Statements
-from .serde import decode
-from .store import Store
+from ..backends.base import LangGraphFastPath
+from ..config import RunIds, recorded_incarnation
+from ..crypto import BLOB, KeyRing, Life, check_type, open_typed
+from ..deltas import Bases, BlobWrite, Stored, blob_write
+from ..serde import decode
+from ..store import Store
+from .sql import Statements
 
 __all__ = ["KEY", "KeyLimits", "TablesCore", "Values", "needed", "run_id_of"]
 

@@ -45,12 +45,12 @@ except ImportError as exc:  # pragma: no cover - the message is the point
         "ReplaySafeToolNode needs LangGraph's prebuilt nodes: pip install langgraph"
     ) from exc
 
-from .config import INCARNATION_KEY
-from .errors import ConfigError, ToolExecutionInProgress
-from .langgraph import TenxCheckpointSaver, run_life
-from .loops import LANGGRAPH_LOOP
-from .protocol import Checkpointer
-from .types import AuthPolicy
+from ..config import INCARNATION_KEY
+from ..errors import ConfigError, ToolExecutionInProgress
+from ..loops import LANGGRAPH_LOOP
+from ..protocol import Checkpointer
+from ..types import AuthPolicy
+from .saver import TenxCheckpointSaver, run_life
 
 __all__ = ["ReplaySafeToolNode"]
 

@@ -15,20 +15,21 @@ from sqlalchemy import (
     tuple_,
 )
 
-from .backends.base import LangGraphFastPath
-from .config import RunIds
-from .crypto import BLOB, Life, life_of, open_typed
-from .deltas import Base, BrokenChain, Stored, rebuild
-from .errors import SerializationError
-from .langgraph_columns import BLOB_COLUMNS, write_order
-from .langgraph_core import (
+from ..backends.base import LangGraphFastPath
+from ..config import RunIds
+from ..crypto import BLOB, Life, life_of, open_typed
+from ..deltas import Base, BrokenChain, Stored, rebuild
+from ..errors import SerializationError
+from ..serde import decode
+from .columns import BLOB_COLUMNS, write_order
+from .core import (
     BATCH,
     WALK,
     TablesCore,
     has_metadata,
     json_pair,
 )
-from .langgraph_sql import (
+from .sql import (
     HISTORY_CHANNELS,
     HISTORY_COLUMNS,
     HISTORY_DEPTH,
@@ -37,7 +38,6 @@ from .langgraph_sql import (
     value_chain,
     verbatim_in_json,
 )
-from .serde import decode
 
 __all__ = ["Reads"]
 
@@ -425,7 +425,7 @@ class Reads(TablesCore):
         """:meth:`history` in one statement (one round trip; on a SQLite file one thread
         hop): None when a channel's walk ends at a value kept in the checkpoint itself
         (written before 0005, or a None) or goes deeper than one statement walks."""
-        from .backends.driver import DriverStatement
+        from ..backends.driver import DriverStatement
 
         store = self._store
         if store.store_id is None:

@@ -1,8 +1,8 @@
-"""The pieces of :mod:`tenxstore.langgraph_import`: a source checkpoint made whole as
+"""The pieces of :mod:`tenxstore.langgraph.importer`: a source checkpoint made whole as
 LangGraph's saver reads it, the values a namespace stores once, and what an import
 compares (keys to tell a thread imported before, checkpoints to verify one).
 
-A value is never opened before :func:`~tenxstore.langgraph_values.check_value` has
+A value is never opened before :func:`~tenxstore.langgraph.values.check_value` has
 found it one that the strict serde opens: PostgreSQL's stored values are carried over
 as LangGraph serialized them, SQLite's (kept inside each checkpoint) are read through
 the saver's strict serde and serialized again per channel.
@@ -16,12 +16,12 @@ from datetime import datetime, timezone
 from itertools import groupby
 from typing import Any
 
-from .deltas import Base, BlobWrite, blob_write
-from .errors import SerializationError
-from .langgraph_sources import TASKS, Reader, SourceCheckpoint, SourceWrite, pages
-from .langgraph_tables import Values
-from .langgraph_values import check_value
-from .serde import encode
+from ..deltas import Base, BlobWrite, blob_write
+from ..errors import SerializationError
+from ..serde import encode
+from .sources import TASKS, Reader, SourceCheckpoint, SourceWrite, pages
+from .tables import Values
+from .values import check_value
 
 __all__ = ["Materializer", "Namespace", "digest", "keys_of", "row_time"]
 

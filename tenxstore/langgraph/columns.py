@@ -1,6 +1,6 @@
 """The columns and orders every LangGraph statement shares, whichever database runs it.
 
-:mod:`tenxstore.langgraph_tables` builds the portable statements; the one-round-trip
+:mod:`tenxstore.langgraph.tables` builds the portable statements; the one-round-trip
 paths of PostgreSQL and SQLite (:mod:`tenxstore.backends.postgres_langgraph`,
 :mod:`tenxstore.backends.sqlite_langgraph`) read and write the same columns.
 """
@@ -13,7 +13,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
 
-from .deltas import MAX_DEPTH
+from ..deltas import MAX_DEPTH
 
 __all__ = ["BLOB_COLUMNS", "LONGEST", "CodePointOrder", "write_order"]
 

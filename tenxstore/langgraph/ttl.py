@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, cast
 
 from langgraph.store.base import TTLConfig
 
-from .errors import ConfigError
-from .langgraph_items import check_ttl_minutes
-from .memory.sync import _blocking as run_blocking
+from ..errors import ConfigError
+from ..memory.sync import _blocking as run_blocking
+from .items import check_ttl_minutes
 
 if TYPE_CHECKING:
-    from .memory.store import MemoryStore
+    from ..memory.store import MemoryStore
 
 __all__ = ["TTLSweeper", "check_ttl_config"]
 

@@ -1,4 +1,4 @@
-"""The statements of :mod:`tenxstore.langgraph_tables` built once per store: the common
+"""The statements of :mod:`tenxstore.langgraph.tables` built once per store: the common
 lookups, a value chain's rows, and a ``DeltaChannel`` history as one statement.
 """
 
@@ -21,8 +21,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.util import ClauseAdapter
 
-from .langgraph_columns import BLOB_COLUMNS, CodePointOrder
-from .store import Store
+from ..store import Store
+from .columns import BLOB_COLUMNS, CodePointOrder
 
 __all__ = ["Statements", "history_statement", "value_chain"]
 

@@ -26,18 +26,18 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 
-from .errors import ConfigError
-from .langgraph_store import SCOPED, TenxStore, run_config, shared_owner
-from .memory.store import MemoryStore
-from .memory.sync import _blocking as run_blocking
-from .memory.validation import (
+from ..errors import ConfigError
+from ..memory.store import MemoryStore
+from ..memory.sync import _blocking as run_blocking
+from ..memory.validation import (
     DEFAULT_NAMESPACE,
     check_namespace,
     check_search_limit,
     check_threshold,
 )
-from .types import MemoryHit
-from .validate import check_bool, check_text
+from ..types import MemoryHit
+from ..validate import check_bool, check_text
+from .store import SCOPED, TenxStore, run_config, shared_owner
 
 __all__ = ["MemoryConfig", "format_memories", "memory_tools", "query_of"]
 

@@ -18,7 +18,7 @@ from typing import Any
 from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, CheckpointTuple
 from sqlalchemy import select
 
-from .langgraph import TenxCheckpointSaver
+from .saver import TenxCheckpointSaver
 
 __all__ = ["acopy_langgraph_thread"]
 

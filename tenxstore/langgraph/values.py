@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, NoReturn
 
-from .errors import ConfigError, SerializationError
-from .serde import decode
+from ..errors import ConfigError, SerializationError
+from ..serde import decode
 
 __all__ = ["AllowedTypes", "allowed_set", "check_value"]
 
