@@ -276,7 +276,8 @@ class ConnectionLost(TenxStoreError, ConnectionError):
 
 
 class LockTimeout(TenxStoreError, TimeoutError):
-    """A write waited longer than ``lock_timeout`` for the thread's lock; nothing was written."""
+    """A write waited longer than ``lock_timeout`` for its thread's or memory's row lock;
+    nothing was written."""
 
 
 class StatementCancelled(TenxStoreError, TimeoutError):

@@ -6,6 +6,7 @@ Every public call validates its input here first, so bad input raises a typed er
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from typing import Any, Literal, TypeGuard, TypeVar
@@ -42,6 +43,12 @@ C = TypeVar("C", bound=str)
 def is_int(value: object) -> TypeGuard[int]:
     """An ``int`` that is not a ``bool`` (``True`` is an int to Python, not to us)."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_finite(value: int | float) -> bool:
+    """Whether a number is finite: every int is (``math.isfinite`` raises
+    ``OverflowError`` on an int too large for a float), a float unless NaN or infinite."""
+    return isinstance(value, int) or math.isfinite(value)
 
 
 def check_bool(name: str, value: object) -> bool:

@@ -1016,7 +1016,10 @@ class Backend(ABC):
         """The error of a write that waited longer than ``lock_timeout``."""
         wait = "forever" if self.lock_timeout is None else f"{self.lock_timeout:g}s"
         telemetry.lock_timed_out(log, self.name, wait)
-        return LockTimeout(f"waited more than {wait} for the thread's lock; nothing was written")
+        return LockTimeout(
+            f"waited more than {wait} for the lock of the thread or memory it writes "
+            "(another writer holds it); nothing was written"
+        )
 
     # -- schema and lifecycle -----------------------------------------------------------
 

@@ -16,7 +16,6 @@ same tag (``{"ttl": minutes}``), so a read can refresh it. A metadata whose
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -26,6 +25,7 @@ from ..errors import ConfigError, SerializationError
 from ..memory.validation import MAX_CONTENT_BYTES, same
 from ..serde import decode, encode
 from ..types import Memory
+from ..validate import is_finite
 
 __all__ = [
     "VALUE_TAG",
@@ -41,6 +41,9 @@ __all__ = [
 VALUE_TAG = "__langgraph__"
 """The metadata key under which a memory keeps what its LangGraph face needs."""
 _TAG_KEYS = {"json", "ttl"}
+MAX_TTL_MINUTES = 10_000 * 525_960
+"""Ten thousand years of minutes: a longer TTL reaches past the year 9999 from any
+day (refused before it is made a float, which an int past a float's range is not)."""
 
 
 def check_labels(namespace: object, what: str = "namespace") -> tuple[str, ...]:
@@ -72,10 +75,12 @@ def check_ttl_minutes(ttl: object, what: str = "ttl") -> float | None:
     """A TTL in minutes: a positive finite number, or None (no expiry)."""
     if ttl is None:
         return None
-    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl):
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not is_finite(ttl):
         raise ConfigError(f"{what} must be minutes (a positive number) or None, not {ttl!r}")
     if ttl <= 0:
         raise ConfigError(f"{what} must be a positive number of minutes, not {ttl!r}")
+    if ttl > MAX_TTL_MINUTES:
+        raise ConfigError(f"{what} reaches past the year 9999: {ttl!r} minutes")
     return float(ttl)
 
 

@@ -8,7 +8,6 @@ Arguments that name or bound a call (user ids, keys, namespaces, limits, ``ttl``
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from ..errors import ConfigError, SerializationError
 from ..serde import encode
 from ..types import AuthPolicy
-from ..validate import IdType, check_count, check_id, check_text, is_int
+from ..validate import IdType, check_count, check_id, check_text, is_finite, is_int
 
 __all__ = [
     "DEFAULT_NAMESPACE",
@@ -170,10 +169,10 @@ def check_ttl(ttl: object, now: datetime) -> datetime | None:
         return None
     if isinstance(ttl, timedelta):
         span = ttl
-    elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool) and math.isfinite(ttl):
+    elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool) and is_finite(ttl):
         try:
             span = timedelta(seconds=ttl)
-        except OverflowError:
+        except OverflowError:  # an int past a float's range too
             raise ConfigError(f"ttl reaches past the year 9999: {ttl!r}") from None
     else:
         raise ConfigError(f"ttl must be seconds (an int or float) or a timedelta, not {ttl!r}")
@@ -300,7 +299,7 @@ def check_filter(filter: object) -> Predicate | None:
                 raise ConfigError(
                     f"filter[{key!r}]: {op} compares with a number or a str, not {operand!r}"
                 )
-            if op in _ORDERED and _number(operand) and not math.isfinite(operand):
+            if op in _ORDERED and _number(operand) and not is_finite(operand):
                 raise ConfigError(f"filter[{key!r}]: {op} compares with a finite number")
             tests.append((key, _test(op, operand)))
 

@@ -46,6 +46,7 @@ BAD_TTLS: list[Any] = [
     math.nan,
     math.inf,
     1e300,
+    10**400,  # an int past a float's range: a ConfigError, not an OverflowError
     True,
     "60",
     timedelta(0),
@@ -156,6 +157,18 @@ def test_filter_semantics() -> None:
         {"a": {"$in": []}}, {"a": 1}
     )
     assert check_filter(None) is None
+    # an int past a float's range is a number like any other (compared exactly)
+    assert matches({"a": {"$lt": 10**400}}, {"a": 1e308}) and not matches(
+        {"a": {"$gt": 10**400}}, {"a": 1}
+    )
+
+
+@pytest.mark.parametrize("ttl", [0, -1, math.nan, math.inf, 1e300, 10**400, 10_000 * 525_960 + 1])
+def test_bad_langgraph_ttls_in_minutes(ttl: Any) -> None:
+    from tenxstore.langgraph.items import check_ttl_minutes
+
+    with pytest.raises(ConfigError):
+        check_ttl_minutes(ttl)
 
 
 def test_words() -> None:
