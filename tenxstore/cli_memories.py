@@ -6,6 +6,8 @@ given as its labels joined with ``.`` (``memories.work``), as it is stored.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
 import typer
@@ -15,6 +17,7 @@ from sqlalchemy import case, func, select
 from .cli import DEFAULT_URL, Schema, Url, _fail, _print_table, _repo, _when, command, out
 from .memory.lifecycle import DEFAULT_SWEEP_BATCH
 from .memory.store import MemoryStore
+from .memory.validation import shared_access
 from .repository import CheckpointRepository
 from .types import AuthPolicy, Memory
 
@@ -34,6 +37,18 @@ def _labels(namespace: str) -> tuple[str, ...]:
 
 def _policy(user: str | None) -> AuthPolicy:
     return AuthPolicy(enforce_user_isolation=user is not None)
+
+
+def _operator(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., Any]:
+    """A command of the operator's, who may name the owner of the shared items
+    (``--user '*'``: a shared LangGraph store's, the agents' memories)."""
+
+    @functools.wraps(fn)
+    async def run(*args: Any, **kwargs: Any) -> None:
+        with shared_access():
+            await fn(*args, **kwargs)
+
+    return run
 
 
 def _short(text: str) -> str:
@@ -78,6 +93,7 @@ async def memory_counts(repo: CheckpointRepository) -> tuple[int, int]:
 
 @app.command("list")
 @command
+@_operator
 async def list_(
     url: Url = DEFAULT_URL,
     schema: Schema = None,
@@ -99,6 +115,7 @@ async def list_(
 
 @app.command()
 @command
+@_operator
 async def search(
     query: Annotated[str, typer.Argument(help="Words to look for.")],
     url: Url = DEFAULT_URL,
@@ -136,6 +153,7 @@ async def search(
 
 @app.command()
 @command
+@_operator
 async def show(
     key: Annotated[str, typer.Argument(help="The memory's key.")],
     user: Annotated[str, typer.Option("--user", help="Its owner.")],

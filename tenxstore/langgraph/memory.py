@@ -34,6 +34,7 @@ from ..memory.validation import (
     check_namespace,
     check_search_limit,
     check_threshold,
+    shared_access,
 )
 from ..types import MemoryHit
 from ..validate import check_bool, check_text
@@ -196,23 +197,26 @@ class MemoryConfig:
         query = query_of(input)
         store = self.memory_store
         owner = self.store.owner(config)
-        hits = await store.asearch(
-            owner,
-            query,
-            namespace=self.namespace,
-            limit=self.limit,
-            score_threshold=self.score_threshold,
-            auth_policy=SCOPED,
-        )
-        if self.agent_scoped_tool:
-            hits += await store.asearch(
-                self._agent_owner(),
+        with self.store.acting_for(owner):
+            hits = await store.asearch(
+                owner,
                 query,
-                namespace=self.agent_namespace(config),
+                namespace=self.namespace,
                 limit=self.limit,
                 score_threshold=self.score_threshold,
                 auth_policy=SCOPED,
             )
+        if self.agent_scoped_tool:
+            namespace = self.agent_namespace(config)
+            with shared_access():  # the agent's memories: no user's
+                hits += await store.asearch(
+                    self._agent_owner(),
+                    query,
+                    namespace=namespace,
+                    limit=self.limit,
+                    score_threshold=self.score_threshold,
+                    auth_policy=SCOPED,
+                )
             hits.sort(key=lambda h: -h.score)  # stable: the user's first among equals
         return hits[: self.limit]
 
@@ -273,13 +277,14 @@ def _user_tools(memory: MemoryConfig) -> list[BaseTool]:
 
     async def asave(content: str, config: RunnableConfig, key: str | None = None) -> str:
         owner = memory.store.owner(config)
-        made = await store.astore(owner, content, namespace=memory.namespace, key=key)
+        with memory.store.acting_for(owner):
+            made = await store.astore(owner, content, namespace=memory.namespace, key=key)
         return f"Saved memory {made.key}."
 
     async def asearch(query: str, config: RunnableConfig) -> str:
         owner = memory.store.owner(config)
-        return _found(
-            await store.asearch(
+        with memory.store.acting_for(owner):
+            found = await store.asearch(
                 owner,
                 query,
                 namespace=memory.namespace,
@@ -287,11 +292,13 @@ def _user_tools(memory: MemoryConfig) -> list[BaseTool]:
                 score_threshold=memory.score_threshold,
                 auth_policy=SCOPED,
             )
-        )
+        return _found(found)
 
     async def adelete(key: str, config: RunnableConfig) -> str:
         owner = memory.store.owner(config)
-        if await store.adelete(owner, key, namespace=memory.namespace):
+        with memory.store.acting_for(owner):
+            deleted = await store.adelete(owner, key, namespace=memory.namespace)
+        if deleted:
             return f"Deleted memory {key}."
         return f"No memory {key} to delete."
 
@@ -326,13 +333,14 @@ def _agent_tools(memory: MemoryConfig) -> list[BaseTool]:
 
     async def asave(content: str, config: RunnableConfig, key: str | None = None) -> str:
         namespace = memory.agent_namespace(config)
-        made = await store.astore(memory._agent_owner(), content, namespace=namespace, key=key)
+        with shared_access():  # the agent's memories: no user's
+            made = await store.astore(memory._agent_owner(), content, namespace=namespace, key=key)
         return f"Saved agent memory {made.key}."
 
     async def asearch(query: str, config: RunnableConfig) -> str:
         namespace = memory.agent_namespace(config)
-        return _found(
-            await store.asearch(
+        with shared_access():  # the agent's memories: no user's
+            found = await store.asearch(
                 memory._agent_owner(),
                 query,
                 namespace=namespace,
@@ -340,7 +348,7 @@ def _agent_tools(memory: MemoryConfig) -> list[BaseTool]:
                 score_threshold=memory.score_threshold,
                 auth_policy=SCOPED,
             )
-        )
+        return _found(found)
 
     def save(content: str, config: RunnableConfig, key: str | None = None) -> str:
         return run_blocking(asave(content, config, key), "save_agent_memory")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from typing import Any
 
@@ -36,8 +37,11 @@ from ..memory.sync import _blocking as run_blocking  # the memory store's loop a
 from ..memory.validation import (
     MAX_LIMIT,
     MAX_QUERY,
+    SHARED_USER,
     check_policy,
-    check_user,
+    check_scoped_user,
+    shared_access,
+    shared_owner,
 )
 from ..types import AuthPolicy, Memory
 from .items import Predicate, matches, ttl_minutes, value_of
@@ -46,16 +50,8 @@ from .ttl import TTLSweeper, check_ttl_config
 
 __all__ = ["SHARED_USER", "TenxStore", "run_config", "shared_owner"]
 
-SHARED_USER = "*"
-"""The owner of the items of a store to which isolation does not apply (``0`` when
-user ids are ints): one store shared by every run."""
 SCOPED = AuthPolicy(enforce_user_isolation=True)
 """Given to the memory store's listings and searches: scoped to the one owner."""
-
-
-def shared_owner(user_id_type: str) -> Any:
-    """:data:`SHARED_USER` as an id of ``user_id_type``."""
-    return SHARED_USER if user_id_type == "string" else 0
 
 
 def run_config() -> Mapping[str, Any] | None:
@@ -193,7 +189,7 @@ class TenxStore(TTLSweeper, BaseStore):
             memory_store, self.index_config, self._fields = _indexed(memory_store, index)
         self.memory_store = memory_store
         self._kind = memory_store._store.settings.user_id_type
-        self.user_id = None if user_id is None else check_user(user_id, self._kind)
+        self.user_id = None if user_id is None else check_scoped_user(user_id, self._kind)
         self.auth_policy = check_policy(auth_policy)
         self.ttl_config = check_ttl_config(ttl)
         TTLSweeper.__init__(self)
@@ -288,7 +284,7 @@ class TenxStore(TTLSweeper, BaseStore):
                 "enforce_user_isolation=False)) or an AuthPolicy(enforce_user_isolation="
                 f"False) from server code{hint}"
             )
-        return check_user(given, self._kind)
+        return check_scoped_user(given, self._kind)
 
     def _ready(self, ops: Iterable[Op]) -> tuple[Any, list[Any]]:
         """The calls' owner and the ops checked, before any I/O."""
@@ -310,7 +306,17 @@ class TenxStore(TTLSweeper, BaseStore):
 
     # -- running them --------------------------------------------------------------
 
+    def acting_for(self, owner: Any) -> AbstractContextManager[None]:
+        """Where calls for ``owner`` (what :meth:`owner` gave) run: with access to the
+        shared items when it is :data:`SHARED_USER` (only :meth:`owner` gives it,
+        for a store to which isolation does not apply: a caller's id never is)."""
+        return shared_access() if owner == shared_owner(self._kind) else nullcontext()
+
     async def _execute(self, owner: Any, prepared: list[Any]) -> list[Result]:
+        with self.acting_for(owner):
+            return await self._run(owner, prepared)
+
+    async def _run(self, owner: Any, prepared: list[Any]) -> list[Result]:
         results: list[Result] = [None] * len(prepared)
         refresh: list[Refresh] = []
         writes: dict[tuple[tuple[str, ...], str], Put] = {}

@@ -42,6 +42,7 @@ from .validation import (
     check_offset,
     check_policy,
     check_query,
+    check_scoped_user,
     check_search_limit,
     check_threshold,
     check_ttl,
@@ -238,16 +239,19 @@ class MemoryStore(SyncTwins):
         return self.enforce_user_isolation if policy is None else policy.enforce_user_isolation
 
     def _owner(self, user_id: Any, auth_policy: AuthPolicy | None) -> Any:
-        """The user of a call that names one memory: required, isolated or not."""
-        self._isolated(auth_policy)
-        return check_user(user_id, self._store.settings.user_id_type)
+        """The user of a call that names one memory: required, isolated or not (and,
+        isolated, not the reserved owner of shared items)."""
+        kind = self._store.settings.user_id_type
+        if self._isolated(auth_policy):
+            return check_scoped_user(user_id, kind)
+        return check_user(user_id, kind)
 
     def _users(self, user_id: Any, auth_policy: AuthPolicy | None) -> Any:
         """The user a listing or search is scoped to; None (every user's) when
         isolation does not apply to the call."""
         kind = self._store.settings.user_id_type
         if self._isolated(auth_policy):
-            return check_user(user_id, kind)
+            return check_scoped_user(user_id, kind)
         check_user(user_id, kind, optional=True)
         return None
 

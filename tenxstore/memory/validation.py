@@ -8,7 +8,9 @@ Arguments that name or bound a call (user ids, keys, namespaces, limits, ``ttl``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,6 +26,7 @@ __all__ = [
     "MAX_METADATA_BYTES",
     "MAX_NAMESPACE",
     "MAX_QUERY",
+    "SHARED_USER",
     "check_content",
     "check_filter",
     "check_key",
@@ -36,6 +39,8 @@ __all__ = [
     "check_ttl",
     "check_user",
     "joined",
+    "shared_access",
+    "shared_owner",
     "split",
 ]
 
@@ -75,6 +80,43 @@ def check_user(user_id: object, user_id_type: IdType, *, optional: bool = False)
             "user_id is missing: a memory belongs to a user; pass the authenticated user's id"
         )
     return check_id("user_id", user_id, user_id_type)
+
+
+SHARED_USER = "*"
+"""The owner of the items no one user owns: a LangGraph store's to which isolation does
+not apply, and an agent's memories (``0`` when user ids are ints). Reserved: a call
+scoped to a user may not name it, or an end user given that id would read and delete
+them."""
+_SHARED: ContextVar[bool] = ContextVar("tenxstore_shared_access", default=False)
+
+
+def shared_owner(user_id_type: str) -> Any:
+    """:data:`SHARED_USER` as an id of ``user_id_type``."""
+    return SHARED_USER if user_id_type == "string" else 0
+
+
+@contextmanager
+def shared_access() -> Iterator[None]:
+    """Calls made inside act on shared items (the LangGraph store's and an agent's own
+    code, never a caller's user id): :data:`SHARED_USER` is accepted as their user."""
+    token = _SHARED.set(True)
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
+def check_scoped_user(user_id: object, user_id_type: IdType) -> Any:
+    """The user of a call scoped to one user: :func:`check_user`, and never the reserved
+    :data:`SHARED_USER` (``0`` for int ids) unless the call is :func:`shared_access`'s."""
+    owner = check_user(user_id, user_id_type)
+    if owner == shared_owner(user_id_type) and not _SHARED.get():
+        raise ConfigError(
+            f"user_id {owner!r} is reserved for the items no one user owns (a shared "
+            "LangGraph store's, an agent's memories): an end user cannot have it; read "
+            "them with isolation lifted (AuthPolicy(enforce_user_isolation=False))"
+        )
+    return owner
 
 
 def check_key(key: object) -> str:

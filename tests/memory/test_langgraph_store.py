@@ -171,7 +171,9 @@ async def test_users_never_see_each_other(lg_memories: MemoryStore) -> None:
     # without isolation, one store every run shares
     shared = TenxStore(lg_memories, auth_policy=AuthPolicy(enforce_user_isolation=False))
     await shared.aput(NS, "k", {"who": "everyone"})
-    assert (await lg_memories.aget("*", "k", namespace=NS)).content == '{"who":"everyone"}'  # type: ignore[union-attr]
+    operator = AuthPolicy(enforce_user_isolation=False)  # '*' is no user's: see below
+    everyone = await lg_memories.aget("*", "k", namespace=NS, auth_policy=operator)
+    assert everyone is not None and everyone.content == '{"who":"everyone"}'
     assert (await alice.aget(NS, "k")).value["who"] == "alice"  # type: ignore[union-attr]
 
 
@@ -314,3 +316,59 @@ async def test_a_big_value_round_trips(lg_memories: MemoryStore) -> None:
     assert (await store.aget(NS, "big")).value == value  # type: ignore[union-attr]
     [found] = await store.abatch([SearchOp(NS, filter={"list": list(range(20_000))})])
     assert [i.key for i in found] == ["big"]  # type: ignore[union-attr]
+
+
+async def test_no_end_user_owns_the_shared_items(lg_memories: MemoryStore) -> None:
+    """The owner of a shared store's items and of an agent's memories ('*', 0 for int
+    ids) is reserved: an end user given that id reads, lists and deletes nothing of
+    theirs, while the shared store, the agent's tools and the operator still reach
+    them."""
+    from langchain_core.messages import HumanMessage
+
+    from tenxstore.langgraph import SHARED_USER, MemoryConfig
+
+    shared = TenxStore(lg_memories, auth_policy=AuthPolicy(enforce_user_isolation=False))
+    await shared.aput(("config",), "api", {"secret": "shared-only"})
+    memory = MemoryConfig(TenxStore(lg_memories), agent_scoped_tool=True, agent_id="helper")
+    tools = {t.name: t for t in memory.tools()}
+    run = {"configurable": {"user_id": "alice"}}
+    await tools["save_agent_memory"].ainvoke({"content": "discount code Z9"}, config=run)
+    await tools["save_memory"].ainvoke({"content": "alice likes codes"}, config=run)
+
+    with pytest.raises(ConfigError, match="reserved"):
+        TenxStore(lg_memories).for_user(SHARED_USER)
+    star = {"configurable": {"user_id": SHARED_USER}}
+    with pytest.raises(ConfigError, match="reserved"):
+        await tools["search_memory"].ainvoke({"query": "code"}, config=star)
+    for call in (
+        lambda: lg_memories.aget(SHARED_USER, "api", namespace=("config",)),
+        lambda: lg_memories.alist(SHARED_USER, namespace=()),
+        lambda: lg_memories.asearch(SHARED_USER, "code", namespace=()),
+        lambda: lg_memories.ahistory(SHARED_USER, "api", namespace=("config",)),
+        lambda: lg_memories.aupdate(SHARED_USER, "api", content="x", namespace=("config",)),
+        lambda: lg_memories.adelete(SHARED_USER, "api", namespace=("config",)),
+        lambda: lg_memories.astore(SHARED_USER, "planted", namespace=("agents", "helper")),
+        lambda: lg_memories.alist_namespaces(SHARED_USER),
+    ):
+        with pytest.raises(ConfigError, match="reserved"):
+            await call()
+
+    # nothing was written or deleted; the shared store, the agent and the operator see it all
+    assert await shared.aget(("config",), "api") is not None
+    found = await tools["search_agent_memory"].ainvoke({"query": "discount code"}, config=run)
+    assert "Z9" in found
+    hits = await memory.aretrieve([HumanMessage("any discount code?")], run)
+    assert {h.memory.content for h in hits} >= {"discount code Z9"}
+    operator = AuthPolicy(enforce_user_isolation=False)
+    every = await lg_memories.alist(None, namespace=(), auth_policy=operator)
+    assert sorted(m.namespace for m in every if m.user_id == SHARED_USER) == [
+        ("agents", "helper"),
+        ("config",),
+    ]
+    kept = await lg_memories.ahistory(
+        SHARED_USER, "api", namespace=("config",), auth_policy=operator
+    )
+    assert len(kept) == 1
+    assert [m.content for m in await lg_memories.alist("alice", namespace=())] == [
+        "alice likes codes"
+    ]
