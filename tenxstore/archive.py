@@ -72,6 +72,8 @@ __all__ = [
 
 FORMAT = "tenxstore.thread/2"
 OPERATOR: dict[str, Any] = {"auth_policy": AuthPolicy(enforce_user_isolation=False)}
+#: Threads listed per query when a whole store is exported or copied.
+THREAD_PAGE = 500
 Id = str | int
 Count = Annotated[int, msgspec.Meta(ge=0)]
 Positive = Annotated[int, msgspec.Meta(ge=1)]
@@ -273,7 +275,7 @@ async def _exports(
     store: Checkpointer, thread_ids: Iterable[Any] | None
 ) -> AsyncIterator[ThreadExport]:
     if thread_ids is None:
-        async for info in store.aiter_threads():
+        async for info in store.aiter_threads(THREAD_PAGE):
             found = await store.aexport_thread({"thread_id": info.thread_id, **OPERATOR})
             if found is not None:  # deleted since it was listed
                 yield found

@@ -214,16 +214,19 @@ def test_export_then_import_reproduces_every_row(db: list[str], tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_copy_sqlite_to_postgresql_resumes_and_verifies(tmp_path: Path) -> None:
+def test_copy_sqlite_to_postgresql_resumes_and_verifies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(archive, "THREAD_PAGE", 50)  # the resumed copy crosses a page
     source = ["--url", f"sqlite:///{tmp_path / 'source.db'}"]
 
     async def many() -> None:
         async with repo_for(source) as repo:
             await repo.asetup()
-            for i in range(600):  # two pages of aiter_threads (500 a page)
+            for i in range(120):  # three pages of 50
                 config = {"thread_id": f"t{i:04d}", "user_id": f"u{i % 7}"}
                 await repo.aput_checkpoint(config, {"i": i}, [{"id": "m", "i": i}])
-                if i % 60 == 0:
+                if i % 12 == 0:
                     await repo.arun_tool_once(config, "c", "t", {}, lambda: "ok")
 
     asyncio.run(many())
@@ -239,7 +242,7 @@ def test_copy_sqlite_to_postgresql_resumes_and_verifies(tmp_path: Path) -> None:
                 def stop_midway(_: str) -> None:
                     nonlocal done
                     done += 1
-                    if done == 250:
+                    if done == 30:
                         raise KeyboardInterrupt
 
                 with pytest.raises(KeyboardInterrupt):
@@ -248,8 +251,8 @@ def test_copy_sqlite_to_postgresql_resumes_and_verifies(tmp_path: Path) -> None:
         asyncio.run(interrupted())
         resumed = invoke("copy", source[1], destination[1], "--destination-schema", schema)
         assert resumed.exit_code == 0, resumed.output
-        assert "250 unchanged" in resumed.output and "350 created" in resumed.output
-        assert "holds 600 thread(s)" in resumed.output
+        assert "30 unchanged" in resumed.output and "90 created" in resumed.output
+        assert "holds 120 thread(s)" in resumed.output
         assert export_all(destination) == export_all(source)  # row for row
     finally:
         asyncio.run(drop_schema(services.pg_url(), schema))
