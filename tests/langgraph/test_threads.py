@@ -155,7 +155,7 @@ async def test_runs_that_start_together_store_each_message_once(backend: Backend
             Tries.made += 1
             return await graph.ainvoke(*args, **kwargs)
 
-    for round_ in range(4):
+    for round_ in range(2):
         config = alice(f"race-{round_}")
         await asyncio.gather(
             *(
@@ -167,7 +167,7 @@ async def test_runs_that_start_together_store_each_message_once(backend: Backend
         humans = [m.content for m in state.values["messages"] if m.type == "human"]
         assert sorted(humans) == [f"m{i}" for i in range(8)], humans
         assert len({m.id for m in state.values["messages"]}) == len(state.values["messages"])
-    assert Tries.made > 4 * 8  # runs were refused and went again: the race took place
+    assert Tries.made > 2 * 8  # runs were refused and went again: the race took place
 
 
 class Tally(TypedDict):
