@@ -15,24 +15,24 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from .cli import (
+from ..keyusage import aclear_sealed, amark_sealed
+from ..lifecycle import DEFAULT_BATCH_SIZE, DeleteResult, parse_duration
+from ..rotation import DEFAULT_ROTATION_BATCH, arotate_keys
+from ..stats import StoreStats
+from .common import (
     DEFAULT_URL,
     KeyPrefix,
     RedisUrl,
     Schema,
     Url,
-    _cached,
-    _fail,
-    _repo,
-    _when,
+    cached,
     command,
     err,
+    fail,
     out,
+    repository,
+    when,
 )
-from .keyusage import aclear_sealed, amark_sealed
-from .lifecycle import DEFAULT_BATCH_SIZE, DeleteResult, parse_duration
-from .rotation import DEFAULT_ROTATION_BATCH, arotate_keys
-from .stats import StoreStats
 
 __all__ = ["delete_user", "mark_sealed", "prune", "register", "rotate_keys", "stats"]
 
@@ -65,7 +65,7 @@ def _counts(result: DeleteResult, title: str) -> Table:
 def _sample(result: DeleteResult) -> Table:
     table = Table("thread", "owner", "version", "updated", title="for example")
     for t in result.sample:
-        table.add_row(str(t.thread_id), str(t.user_id), str(t.version), _when(t.updated_at))
+        table.add_row(str(t.thread_id), str(t.user_id), str(t.version), when(t.updated_at))
     return table
 
 
@@ -87,10 +87,10 @@ async def delete_user(
     checkpoints) and every memory (with its history) in batches, and fence the
     threads' cache entries; run it again after a failure to finish."""
     if not yes:
-        _fail(f"this erases every thread of user {user!r} for good: add --yes")
+        fail(f"this erases every thread of user {user!r} for good: add --yes")
     async with (
-        _repo(url, schema, reads_only=True) as repo,
-        _cached(repo, redis_url, key_prefix) as cp,
+        repository(url, schema, reads_only=True) as repo,
+        cached(repo, redis_url, key_prefix) as cp,
     ):
         planned = await cp.adelete_user(user, dry_run=True, sample=0)
         with _bar(f"erasing {user}") as bar:
@@ -134,8 +134,8 @@ async def prune(
     kept. Memories are left alone unless --include-memories."""
     older_than = parse_duration(idle_for)
     async with (
-        _repo(url, schema, reads_only=True) as repo,
-        _cached(repo, redis_url, key_prefix) as cp,
+        repository(url, schema, reads_only=True) as repo,
+        cached(repo, redis_url, key_prefix) as cp,
     ):
         planned = await cp.aprune_idle(
             older_than,
@@ -239,8 +239,8 @@ async def stats(
     """What the store holds: threads per user (top N), table and index sizes, dead
     rows (PostgreSQL), and the cache's key count (with --redis-url)."""
     async with (
-        _repo(url, schema, reads_only=True) as repo,
-        _cached(repo, redis_url, key_prefix) as cp,
+        repository(url, schema, reads_only=True) as repo,
+        cached(repo, redis_url, key_prefix) as cp,
     ):
         found = await cp.astats(top=top, exact=exact)
     _print_stats(found, top)
@@ -261,10 +261,10 @@ async def rotate_keys(
     holding sealed values. It ends with a count in SQL of the rows not under the
     sealing key: only when that is 0 can the other keys be removed from
     TENXSTORE_KEYS. Run it again to resume."""
-    async with _repo(url, schema, reads_only=True) as repo:
+    async with repository(url, schema, reads_only=True) as repo:
         keys = repo.keys
         if keys is None:
-            _fail(
+            fail(
                 "set TENXSTORE_KEYS (key_id:base64key,...) and TENXSTORE_SEALING_KEY (the "
                 "new key's id) as every instance of the application has them"
             )
@@ -307,7 +307,7 @@ async def rotate_keys(
     others = ", ".join(k for k in keys.key_ids if k != sealing)
     if not result.done:
         keep = f"Keep the old keys ({others}); make" if others else "Make"
-        _fail(
+        fail(
             f"{result.remaining:,} row(s) were still not under key {sealing} at the final count, "
             f"after {result.passes} pass(es): rows are being written under another key or in "
             f"clear (an instance not yet sealing under {sealing}, or without TENXSTORE_KEYS). "
@@ -336,21 +336,21 @@ async def mark_sealed(
     and `tenxstore doctor` without keys fails. Writes with a key ring, and
     rotate-keys, mark it by themselves; this says so before they have. Needs no
     key."""
-    async with _repo(url, schema, reads_only=True) as repo:
+    async with repository(url, schema, reads_only=True) as repo:
         if clear:
             await aclear_sealed(repo)
             out.print("the store is no longer marked as holding sealed values")
             return
         since = await amark_sealed(repo)
     out.print(
-        f"the store holds sealed values (marked {_when(since)}): writes without "
+        f"the store holds sealed values (marked {when(since)}): writes without "
         "TENXSTORE_KEYS are refused"
     )
 
 
 def register(app: typer.Typer) -> None:
-    """Add the commands to ``app`` (the app of the running ``tenxstore.cli``, which is
-    ``__main__`` under ``python -m tenxstore.cli``)."""
+    """Add ``delete-user``, ``prune``, ``stats``, ``rotate-keys`` and ``mark-sealed`` to
+    the ``tenxstore`` command."""
     app.command("delete-user")(delete_user)
     app.command()(prune)
     app.command()(stats)

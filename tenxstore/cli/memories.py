@@ -14,12 +14,12 @@ import typer
 from rich.table import Table
 from sqlalchemy import case, func, select
 
-from .cli import DEFAULT_URL, Schema, Url, _fail, _print_table, _repo, _when, command, out
-from .memory.lifecycle import DEFAULT_SWEEP_BATCH
-from .memory.store import MemoryStore
-from .memory.validation import shared_access
-from .repository import CheckpointRepository
-from .types import AuthPolicy, Memory
+from ..memory.lifecycle import DEFAULT_SWEEP_BATCH
+from ..memory.store import MemoryStore
+from ..memory.validation import shared_access
+from ..repository import CheckpointRepository
+from ..types import AuthPolicy, Memory
+from .common import DEFAULT_URL, Schema, Url, command, fail, out, print_table, repository, when
 
 __all__ = ["memory_counts", "register"]
 
@@ -74,8 +74,8 @@ def _table(memories: list[tuple[Memory, float | None]]) -> Table:
             str(m.user_id),
             ".".join(m.namespace),
             str(m.version),
-            _when(m.updated_at),
-            _when(m.expires_at),
+            when(m.updated_at),
+            when(m.expires_at),
             *([f"{score:.3f}"] if scored else []),
             _short(m.content),
         )
@@ -102,7 +102,7 @@ async def list_(
     limit: Annotated[int, typer.Option(help="At most this many.", min=0, max=10_000)] = 50,
 ) -> None:
     """List memories, most recently written first (expired ones never)."""
-    async with _repo(url, schema, reads_only=True) as repo:
+    async with repository(url, schema, reads_only=True) as repo:
         store = MemoryStore(repo)
         found = await store.alist(
             user, namespace=_labels(namespace), limit=limit, auth_policy=_policy(user)
@@ -110,7 +110,7 @@ async def list_(
     if not found:
         out.print("no memories" + (f" of user {user!r}" if user else ""))
         return
-    _print_table(_table([(m, None) for m in found]))
+    print_table(_table([(m, None) for m in found]))
 
 
 @app.command()
@@ -135,7 +135,7 @@ async def search(
     """Search memories by keyword (or, with --embedding, by meaning), best first,
     with their scores."""
     chosen = None if embedding is None else _embedding(embedding, None, None)
-    async with _repo(url, schema, reads_only=True) as repo:
+    async with repository(url, schema, reads_only=True) as repo:
         store = MemoryStore(repo, embedding=chosen)
         hits = await store.asearch(
             user,
@@ -148,7 +148,7 @@ async def search(
     if not hits:
         out.print("no memory matches")
         return
-    _print_table(_table([(h.memory, h.score) for h in hits]))
+    print_table(_table([(h.memory, h.score) for h in hits]))
 
 
 @app.command()
@@ -162,24 +162,24 @@ async def show(
     namespace: Annotated[str, typer.Option(help="Its labels joined with '.'.")] = "memories",
 ) -> None:
     """One memory: its content and metadata, and its retained versions."""
-    async with _repo(url, schema, reads_only=True) as repo:
+    async with repository(url, schema, reads_only=True) as repo:
         store = MemoryStore(repo)
         versions = await store.ahistory(user, key, namespace=_labels(namespace))
     if not versions:
-        _fail(f"no memory {key!r} of user {user!r} in namespace {namespace!r}")
+        fail(f"no memory {key!r} of user {user!r} in namespace {namespace!r}")
     m = versions[0]
     out.print(
         f"memory {m.key}  owner {m.user_id}  namespace {'.'.join(m.namespace)}  "
-        f"version {m.version}  created {_when(m.created_at)}  updated {_when(m.updated_at)}"
-        + (f"  expires {_when(m.expires_at)}" if m.expires_at else "")
+        f"version {m.version}  created {when(m.created_at)}  updated {when(m.updated_at)}"
+        + (f"  expires {when(m.expires_at)}" if m.expires_at else "")
     )
     out.print(m.content, highlight=False)
     out.print("metadata:")
     out.print_json(data=m.metadata)
     table = Table("version", "written", "content")
     for v in versions:
-        table.add_row(str(v.version), _when(v.updated_at), _short(v.content))
-    _print_table(table)
+        table.add_row(str(v.version), when(v.updated_at), _short(v.content))
+    print_table(table)
 
 
 @app.command()
@@ -193,7 +193,7 @@ async def sweep(
 ) -> None:
     """Delete the expired memories (never returned by any call) with their history,
     in batches; safe to run while the application runs, and on a schedule."""
-    async with _repo(url, schema, reads_only=True) as repo:
+    async with repository(url, schema, reads_only=True) as repo:
         done = await MemoryStore(repo).asweep_expired(batch_size=batch_size)
     out.print(f"swept {done} expired memor{'y' if done == 1 else 'ies'}")
 
@@ -204,15 +204,15 @@ def _embedding(spec: str, dims: int | None, model_id: str | None) -> Any:
     import importlib
     import inspect
 
-    from .embeddings import as_embedding
+    from ..embeddings import as_embedding
 
     module, _, attribute = spec.partition(":")
     if not module or not attribute:
-        _fail(f"--embedding must be module:attribute (such as mypkg.emb:model), not {spec!r}")
+        fail(f"--embedding must be module:attribute (such as mypkg.emb:model), not {spec!r}")
     try:
         found: Any = getattr(importlib.import_module(module), attribute)
     except (ImportError, AttributeError) as exc:
-        _fail(f"cannot import the embedding {spec!r}: {exc}")
+        fail(f"cannot import the embedding {spec!r}: {exc}")
     if inspect.isclass(found):
         found = found()
     return as_embedding(found, dims=dims, model_id=model_id)
@@ -248,7 +248,7 @@ async def reembed(
     written in its own transaction; stopped, it goes on where it stopped when run
     again). Safe to run while the application runs."""
     chosen = _embedding(embedding, dims, model_id)
-    async with _repo(url, schema, reads_only=True) as repo:
+    async with repository(url, schema, reads_only=True) as repo:
         done = await MemoryStore(repo).areembed(chosen, batch_size=batch_size, missing=missing)
     out.print(
         f"{done} vector(s) written with {chosen.model_id!r} ({chosen.dims} dims); "
@@ -264,12 +264,12 @@ async def enable_pgvector(url: Url = DEFAULT_URL, schema: Schema = None) -> None
     filled from the stored vectors, and an HNSW index per embedding model. Idempotent;
     restart the application's processes afterwards (a process that started without
     the column writes without it until then; running this again fills those in)."""
-    from .backends.pgvector import aenable
+    from ..backends.pgvector import aenable
 
-    async with _repo(url, schema, reads_only=True) as repo:
+    async with repository(url, schema, reads_only=True) as repo:
         store = repo._store
         if not store.backend.vector_extension:
-            _fail("pgvector is a PostgreSQL extension: this database searches exactly")
+            fail("pgvector is a PostgreSQL extension: this database searches exactly")
         await MemoryStore(repo).alist(None, limit=0, auth_policy=AuthPolicy(False))  # ready
         async with store.backend.connect() as conn, conn.begin():
             status, indexes = await aenable(conn, store.schema)
@@ -281,7 +281,7 @@ async def enable_pgvector(url: Url = DEFAULT_URL, schema: Schema = None) -> None
 
 async def pgvector_line(repo: CheckpointRepository) -> str | None:
     """What ``doctor`` says of pgvector (None: not PostgreSQL)."""
-    from .backends.pgvector import doctor_line
+    from ..backends.pgvector import doctor_line
 
     return await doctor_line(repo._store)
 

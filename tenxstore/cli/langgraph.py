@@ -8,8 +8,18 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from .cli import DEFAULT_URL, AllowType, Schema, Url, _allowed, _repo, command, err, out
-from .errors import ConfigError
+from ..errors import ConfigError
+from .common import (
+    DEFAULT_URL,
+    AllowType,
+    Schema,
+    Url,
+    allowed_types,
+    command,
+    err,
+    out,
+    repository,
+)
 
 __all__ = ["register"]
 
@@ -71,12 +81,12 @@ async def import_langgraph(
     """Import the threads of LangGraph's PostgresSaver or SqliteSaver (every namespace's
     checkpoints, pending writes and values), one transaction per thread, each verified;
     run it again after a failure to finish (imported threads are unchanged)."""
-    from .langgraph.importer import aimport_langgraph
+    from ..langgraph.importer import aimport_langgraph
 
     if shared and (user_id is not None or user_from_metadata is not None):
         raise ConfigError("--shared imports threads without an owner: no --user-id with it")
-    allowed = _allowed(allow_type)
-    async with _repo(url, schema) as repo:
+    allowed = allowed_types(allow_type)
+    async with repository(url, schema) as repo:
         await repo.asetup()
         with Progress(
             TextColumn("importing" if not dry_run else "checking"),

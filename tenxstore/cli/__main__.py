@@ -1,0 +1,5 @@
+"""``python -m tenxstore.cli``: the ``tenxstore`` command."""
+
+from . import main
+
+main()

@@ -1,0 +1,247 @@
+"""What every ``tenxstore`` command shares: the app, its consoles and options, and
+the helpers that open a database, fence the cache and print."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+
+from .. import __version__, archive
+from ..cache import DEFAULT_KEY_PREFIX, CachedCheckpointer
+from ..errors import ConfigError, TenxStoreError
+from ..protocol import Checkpointer
+from ..repository import CheckpointRepository
+from ..types import AuthPolicy
+
+__all__ = [
+    "DEFAULT_URL",
+    "AllowType",
+    "CacheNotInvalidated",
+    "Conflict",
+    "KeyPrefix",
+    "OnConflict",
+    "RedisUrl",
+    "Schema",
+    "Url",
+    "User",
+    "allowed_types",
+    "app",
+    "cached",
+    "command",
+    "err",
+    "existing_database",
+    "fail",
+    "out",
+    "print_table",
+    "repository",
+    "scope",
+    "thread_config",
+    "when",
+    "with_repository",
+]
+
+T = TypeVar("T")
+DEFAULT_URL = "sqlite:///tenxstore.db"
+app = typer.Typer(
+    help="Operate tenxstore databases: migrate, check, inspect, export, import, copy.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+# Lines stay whole when piped; tables still fit. No markup: what is printed holds ids,
+# names and errors of the user's data, and rich would take "[/]" in them for a tag (and
+# fail) or "[bold]" for a style; tenxstore's own colours are given as styles.
+out = Console(soft_wrap=True, markup=False)
+err = Console(stderr=True, markup=False)
+
+
+class OnConflict(enum.Enum):
+    """What an import does with a thread that exists with other content."""
+
+    fail = "fail"
+    skip = "skip"
+    replace = "replace"
+
+
+Url = Annotated[str, typer.Option("--url", envvar="TENXSTORE_DATABASE_URL", help="Database URL.")]
+Schema = Annotated[
+    str | None, typer.Option("--schema", envvar="TENXSTORE_SCHEMA", help="PostgreSQL schema.")
+]
+User = Annotated[str | None, typer.Option("--user", help="Owner (omit to see every user's).")]
+RedisUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--redis-url",
+        envvar="TENXSTORE_REDIS_URL",
+        help="The application's Redis cache, so what this command changes is not served stale.",
+    ),
+]
+KeyPrefix = Annotated[
+    str | None,
+    typer.Option(help="The cache's key prefix, if the application sets one explicitly."),
+]
+Conflict = Annotated[
+    OnConflict, typer.Option(case_sensitive=False, help="For a thread that exists already.")
+]
+AllowType = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-type",
+        help="A type of your own that LangGraph values may hold, as module:Name "
+        "(repeatable); every other type beyond LangGraph's safe ones is refused.",
+    ),
+]
+
+
+def allowed_types(types: list[str] | None) -> list[tuple[str, str]]:
+    """``--allow-type module:Name`` values as (module, name) pairs."""
+    pairs = []
+    for given in types or ():
+        module, sep, name = given.partition(":")
+        if not sep or not module or not name:
+            raise ConfigError(f"--allow-type takes module:Name, not {given!r}")
+        pairs.append((module, name))
+    return pairs
+
+
+def fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)  # one plain line: rich would wrap it
+    raise typer.Exit(1)
+
+
+def command(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async command; expected failures become one line on stderr."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> None:
+        try:
+            asyncio.run(fn(*args, **kwargs))
+        except typer.Exit:
+            raise
+        except (TenxStoreError, ValueError, OSError) as exc:
+            fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        except DBAPIError as exc:
+            fail(f"database error: {str(exc.orig).splitlines()[0] if exc.orig else exc}")
+        except SQLAlchemyError as exc:
+            fail(f"database error: {str(exc).splitlines()[0]}")
+
+    return run
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tenxstore {__version__}")
+        raise typer.Exit
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Operate tenxstore databases: migrate, check, inspect, export, import, copy."""
+
+
+def existing_database(url: str) -> None:
+    """A command that only reads must not create a SQLite file that is not there."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return  # CheckpointRepository reports a malformed URL
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return
+    if not Path(parsed.database).exists():
+        fail(
+            f"there is no SQLite database at {parsed.database}: "
+            f"run `tenxstore upgrade --url {url}` to create one"
+        )
+
+
+def repository(url: str, schema: str | None, *, reads_only: bool = False) -> CheckpointRepository:
+    if reads_only:
+        existing_database(url)
+    return CheckpointRepository(url, schema=schema, enforce_user_isolation=False)
+
+
+@asynccontextmanager
+async def cached(
+    repo: CheckpointRepository, redis_url: str | None, key_prefix: str | None
+) -> AsyncIterator[Checkpointer]:
+    """The repository behind the application's cache (when given), so what a command
+    changes is fenced there too."""
+    if redis_url is None:
+        yield repo
+        return
+    prefix = key_prefix or DEFAULT_KEY_PREFIX
+    cached = CachedCheckpointer(repo, redis_url=redis_url, key_prefix=prefix)
+    try:
+        yield cached
+        left = cached.pending_invalidations
+        if left:  # this process ends: nothing would ever send them
+            problem = (await cached.acheck()).cache_error or "Redis did not answer in time"
+            raise CacheNotInvalidated(
+                f"the database was changed, but {left} cache invalidation(s) did not reach "
+                f"Redis ({problem}): the application may serve the replaced threads from "
+                "its cache until their entries expire. Run the command again once Redis "
+                "answers (it changes nothing twice, and fences the threads again)"
+            )
+    finally:
+        await cached.aclose()
+
+
+class CacheNotInvalidated(TenxStoreError):
+    """A CLI command changed the database but could not fence the cache."""
+
+
+def scope(user: str | None) -> dict[str, Any]:
+    """Every user's threads, or only ``user``'s (isolation applies to that call)."""
+    if user is None:
+        return dict(archive.OPERATOR)
+    return {"user_id": user, "auth_policy": AuthPolicy(enforce_user_isolation=True)}
+
+
+def thread_config(thread: str, user: str | None) -> dict[str, Any]:
+    return {"thread_id": thread, **scope(user)}
+
+
+def print_table(table: Table) -> None:
+    """A table on stdout: as wide as the terminal, or as its rows when piped (a pipe
+    has no width: rich would cut every line at 80 columns)."""
+    if out.is_terminal:
+        out.print(table)
+    else:
+        Console(file=out.file, width=_PIPED_WIDTH, markup=False).print(table)
+
+
+_PIPED_WIDTH = 200
+
+
+def when(value: datetime | None) -> str:
+    """Every time the command prints, in one format, in UTC."""
+    if value is None:
+        return ""
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+async def with_repository(
+    url: str,
+    schema: str | None,
+    work: Callable[[CheckpointRepository], Awaitable[T]],
+    *,
+    reads_only: bool = True,
+) -> T:
+    async with repository(url, schema, reads_only=reads_only) as repo:
+        return await work(repo)
