@@ -22,8 +22,8 @@ def cluster() -> Iterator[services.RedisCluster]:
     nodes.close()
 
 
-def cluster_client(nodes: services.RedisCluster) -> RedisCluster:
-    return RedisCluster(host="127.0.0.1", port=nodes.ports[0], socket_timeout=0.5)
+def cluster_client(nodes: services.RedisCluster, socket_timeout: float = 0.5) -> RedisCluster:
+    return RedisCluster(host="127.0.0.1", port=nodes.ports[0], socket_timeout=socket_timeout)
 
 
 @pytest.fixture
@@ -32,9 +32,11 @@ async def cached(
 ) -> AsyncIterator[CachedCheckpointer]:
     repo = CheckpointRepository(f"sqlite:///{tmp_path / 'c.db'}")
     await repo.asetup()
-    client = cluster_client(cluster)
-    # A generous bound: these tests are about the cluster, not about slow Redis (the
-    # first call also discovers the cluster's slots).
+    # A generous bound, on the cache's calls and on the client's socket reads alike:
+    # these tests are about the cluster, not about slow Redis (the first call also
+    # discovers the cluster's slots, and CI's workers load two cores: a read past
+    # 0.5 s made a put fail open and the next read a miss).
+    client = cluster_client(cluster, socket_timeout=2.0)
     cp = CachedCheckpointer(
         repo, redis=client, key_prefix=f"cl{tmp_path.name[-6:]}", redis_timeout=2.0
     )
