@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import migrate
 from .backends import DEFAULT_LOCK_TIMEOUT_S, POOL_MODES, Backend, PoolMode, open_backend
-from .backends.base import HeadWrite
+from .backends.records import HeadWrite
 from .backends.retry import RetryPolicy
 from .boundary import guard, guard_iter
 from .config import record_read, recorded_incarnation, recorded_version

@@ -22,7 +22,7 @@ from sqlalchemy.sql import Executable
 
 from . import migrate
 from .backends import Backend
-from .backends.base import Head, HeadWrite
+from .backends.records import Head, HeadWrite
 from .config import RunIds, read_config
 from .crypto import ENV, MESSAGE, KeyRing, Life
 from .errors import ConfigError, SerializationError, StaleStateError, ThreadOwnershipError

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tenxstore import CheckpointRepository, DatabaseUnavailable, LockTimeout
-from tenxstore.backends.base import SQLITE_BUSY, SQLITE_CANTOPEN, SQLITE_LOCKED, sqlite_code
+from tenxstore.backends.codes import SQLITE_BUSY, SQLITE_CANTOPEN, SQLITE_LOCKED, sqlite_code
 from tests.conftest import cfg
 
 SQLITE_ERROR = 1  # SQLite's generic error: a statement it refused

@@ -11,29 +11,21 @@ outside ``tenxstore/backends`` asks which database it is talking to.
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 import logging
-import socket
-import sqlite3
-import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
-import asyncpg
 from sqlalchemy import String, Table, event, func, select
 from sqlalchemy.engine import URL, Row
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool, QueuePool, StaticPool
+from sqlalchemy.pool import NullPool, StaticPool
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Insert, Update
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.util import greenlet_spawn
 
 from .. import telemetry
 from ..errors import (
@@ -47,8 +39,11 @@ from ..errors import (
 from ..loops import PerLoop, shut_down
 from ..models import Tables
 from ..validate import masked_url
-from .driver import DriverStatement, causes
+from .codes import OPENING_ERRORS, refusal
+from .connections import EngineSet, give_back, reset_or_discard
+from .driver import DriverStatement
 from .memory_sql import KeywordSearch
+from .records import Footprint, Head, HeadWrite, StateWrite, TableSizes
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -56,452 +51,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT_S",
-    "OPENING_ERRORS",
     "Backend",
-    "Borrowed",
     "DialectName",
-    "EngineSet",
-    "Footprint",
-    "Head",
-    "HeadWrite",
-    "StateWrite",
-    "TableSizes",
-    "give_back",
-    "on_every_connection",
-    "sqlite_code",
     "timeout_ms",
 ]
 
 log = logging.getLogger(__name__)
 
 DialectName = Literal["postgresql", "sqlite", "mysql"]
-# SQLite's primary result codes that tenxstore acts on, and the messages SQLite gives
-# them (sqlite3_errmsg: a locked table or schema may name itself after a colon).
-SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CANTOPEN = 5, 6, 14
-_SQLITE_MESSAGES = (
-    ("database is locked", SQLITE_BUSY),
-    ("database table is locked", SQLITE_LOCKED),
-    ("database schema is locked", SQLITE_LOCKED),
-    ("unable to open database file", SQLITE_CANTOPEN),
-)
 DEFAULT_LOCK_TIMEOUT_S = 30.0
-# What opening a connection may raise. SQLAlchemy 2.1 wraps the driver's refusal in
-# DBAPIError; 2.0 (the line Python 3.10 gets) lets asyncpg's own error through.
-OPENING_ERRORS: tuple[type[BaseException], ...] = (
-    DBAPIError,
-    OSError,
-    asyncio.TimeoutError,
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-)
 _FOREVER_MS = 2**31 - 1
-
-
-def sqlite_code(exc: BaseException | None) -> int | None:
-    """SQLite's primary result code behind a :mod:`sqlite3` error, or None.
-
-    Python 3.11+ gives it as ``sqlite_errorcode`` (perhaps extended: the low byte is
-    the primary code); Python 3.10 gives only SQLite's message, which names the codes
-    above exactly as SQLite words them."""
-    if not isinstance(exc, sqlite3.Error):
-        return None
-    code = getattr(exc, "sqlite_errorcode", None)
-    if isinstance(code, int):
-        return code & 0xFF
-    message = str(exc)
-    for words, primary in _SQLITE_MESSAGES:
-        if message.startswith(words):
-            return primary
-    return None
 
 
 def timeout_ms(lock_timeout: float | None) -> int:
     """A lock timeout in whole milliseconds (None: as long as the database allows)."""
     return _FOREVER_MS if lock_timeout is None else max(1, int(lock_timeout * 1000))
-
-
-def _sqlstate(exc: BaseException) -> str | None:
-    """The SQLSTATE of a driver error, wherever SQLAlchemy's wrapping put it."""
-    for seen in causes(exc):
-        code = getattr(seen, "sqlstate", None) or getattr(seen, "pgcode", None)
-        if isinstance(code, str):
-            return code
-    return None
-
-
-_REFUSALS = {
-    "3D000": "no such database: create it, or fix the database name in the URL",
-    "28000": "authentication failed: no such role, or it may not log in (check the user)",
-    "28P01": "authentication failed: wrong password",
-    "57P03": "the server is starting up or shutting down: try again shortly",
-    "53300": "the server has no connection slot left (max_connections): use a pooler",
-}
-
-
-def _refusal(exc: BaseException) -> str | None:
-    """Why a connection could not be opened, in words; None when an opened connection
-    broke instead (that is ConnectionLost, not DatabaseUnavailable)."""
-    if isinstance(exc, socket.gaierror):
-        return "unknown host: check the host name in the URL"
-    if isinstance(exc, ConnectionRefusedError):
-        return "connection refused: is the server running, and on this host and port?"
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        return "timed out: the server does not answer (a firewall, a wrong host?)"
-    state = _sqlstate(exc)
-    if state in _REFUSALS:
-        return _REFUSALS[state]
-    if sqlite_code(getattr(exc, "orig", None)) == SQLITE_CANTOPEN:
-        return "SQLite cannot open the file: does its directory exist, and may we write it?"
-    if isinstance(exc, OSError) and not isinstance(exc, ConnectionError):
-        return f"cannot connect ({exc.strerror or exc})"
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class HeadWrite:
-    """A state write that a backend's hot path may commit in one step.
-
-    It commits only the common case — the thread exists, ``user_id`` owns it exactly
-    (when ``owned``: None is a thread of no user), its version is ``expected`` and its
-    incarnation ``incarnation`` (when given) — and otherwise writes nothing: the
-    repository then takes the locked path, which creates threads and raises the precise
-    error. A sealed write is ``owned`` whether isolation applies or not: its payloads
-    were sealed for that owner and that incarnation before the write began, so they
-    may be stored only in the thread's life that has both.
-    """
-
-    thread_id: Any
-    user_id: Any
-    owned: bool
-    expected: int | None
-    incarnation: int | None
-    state: str
-    meta: str | None
-    now: datetime
-    messages: list[dict[str, Any]]
-    history_limit: int
-
-
-class Head(NamedTuple):
-    """A thread's head: version, incarnation, owner (the row's ``user_id``), and the
-    state's text (None when it has no state, or when not read)."""
-
-    version: int
-    incarnation: int
-    user_id: Any
-    state: str | None
-
-
-class TableSizes(NamedTuple):
-    """One table as the database accounts for it (None: it cannot say)."""
-
-    rows: int | None
-    table_bytes: int | None
-    index_bytes: int | None
-    dead_rows: int | None
-
-
-class Footprint(NamedTuple):
-    """The store's tables on disk (see :meth:`Backend.footprint`)."""
-
-    tables: dict[str, TableSizes]
-    database_bytes: int | None
-    free_bytes: int | None
-
-
-StateWrite = dict[str, Any]
-"""Parameters of one state write: ``b_thread``, ``b_version``, ``b_state``, ``b_meta``,
-``b_now``, ``b_upto`` and ``messages`` (rows of ``message_id``, ``role``, ``payload``)."""
-
-
-class Borrowed:
-    """Connections borrowed from SQLAlchemy's pool for driver-level hot statements,
-    kept between calls so a hot call pays no checkout.
-
-    A hot call takes one (the last one given back, or a new checkout), runs its
-    statement on the driver connection, and gives it back. At most ``capacity`` (the
-    pool's size) are borrowed at once; a hot call beyond that waits here and is handed
-    the next one given back, without a trip through the pool. The pool still owns
-    every one: its limits bound them, and they go back to it at the loop's shutdown,
-    at ``aclose()``, and after :data:`HOLD_SECONDS` (so the pool can recycle them).
-
-    SQLAlchemy's own checkouts never starve: they count themselves as waiting
-    (:meth:`checkout`), a connection given back while one waits goes to the pool
-    (which serves its waiters in turn), and one that finds the pool empty first
-    returns an idle connection to it.
-    """
-
-    HOLD_SECONDS = 300.0
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
-        pool = engine.sync_engine.pool
-        self.capacity = pool.size() if isinstance(pool, QueuePool) else 0
-        self._idle: list[tuple[Any, float]] = []
-        self._held = 0  # borrowed now: in use by hot calls, or idle here
-        self._waiting = 0  # checkouts waiting for the pool (hot and SQLAlchemy's)
-        self._sqlalchemy_waiting = 0  # of which SQLAlchemy's own
-        self._queue: collections.deque[asyncio.Future[tuple[Any, float] | None]] = (
-            collections.deque()
-        )
-        self._giving: set[asyncio.Task[None]] = set()
-
-    async def take(self) -> tuple[Any, float]:
-        """A pooled connection (its driver connection is ``.driver_connection``) and the
-        time it was checked out."""
-        while True:
-            now = time.monotonic()
-            while self._idle:
-                fairy, since = self._idle.pop()
-                driver = fairy.driver_connection
-                if driver.is_closed() or driver.is_in_transaction():
-                    self.discard(fairy)
-                elif now - since > self.HOLD_SECONDS:
-                    await self._to_pool(fairy)
-                else:
-                    return fairy, since
-            if self._held < self.capacity or not self.capacity:
-                return await self._checkout(now)
-            handed: asyncio.Future[tuple[Any, float] | None]
-            handed = asyncio.get_running_loop().create_future()
-            self._queue.append(handed)
-            try:
-                got = await handed
-            except asyncio.CancelledError:
-                if handed in self._queue:
-                    self._queue.remove(handed)
-                elif handed.done() and not handed.cancelled():
-                    given = handed.result()
-                    if given is not None:  # handed over as we were cancelled: pass it on
-                        self.give_later(*given)
-                    else:
-                        self._wake()  # a slot came free: pass that on too
-                raise
-            if got is not None:
-                return got
-            # None: a borrowed connection left (closed or broken): check one out
-
-    async def _checkout(self, now: float) -> tuple[Any, float]:
-        self._held += 1
-        self._waiting += 1
-        try:
-            fairy = await self.engine.raw_connection()
-        except BaseException:
-            self._held -= 1
-            self._wake()
-            raise
-        finally:
-            self._waiting -= 1
-        driver: Any = fairy.driver_connection
-        if driver.is_in_transaction():  # pragma: no cover - a bug
-            self.discard(fairy)
-            raise AssertionError("a pooled connection arrived inside a transaction")
-        return fairy, now
-
-    def _wake(self) -> None:
-        """A borrowed connection left: a hot call waiting here may check one out."""
-        while self._queue:
-            waiter = self._queue.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-
-    async def _to_pool(self, fairy: Any) -> None:
-        self._held -= 1
-        self._wake()
-        await greenlet_spawn(fairy.close)
-
-    async def give(self, fairy: Any, since: float) -> None:
-        """Back after a call that left it healthy: to SQLAlchemy when a checkout of its
-        waits, else to a hot call waiting here, else idle (or to the pool when enough
-        are idle)."""
-        if not self._sqlalchemy_waiting:
-            while self._queue:
-                waiter = self._queue.popleft()
-                if not waiter.done():
-                    waiter.set_result((fairy, since))
-                    return
-            if not self._waiting and len(self._idle) < self.capacity:
-                self._idle.append((fairy, since))
-                return
-        await self._to_pool(fairy)
-
-    def give_later(self, fairy: Any, since: float) -> None:
-        """:meth:`give`, from a caller that may not await (it is being cancelled)."""
-        task = asyncio.ensure_future(self.give(fairy, since))
-        self._giving.add(task)
-        task.add_done_callback(self._giving.discard)
-
-    @asynccontextmanager
-    async def checkout(self) -> AsyncIterator[None]:
-        """Around a SQLAlchemy checkout: an empty pool first gets an idle connection
-        back, and while the checkout waits, connections given back go to the pool."""
-        self._waiting += 1
-        self._sqlalchemy_waiting += 1
-        try:
-            if self._idle and not self.engine.sync_engine.pool.checkedin():  # type: ignore[attr-defined]
-                fairy, _ = self._idle.pop(0)  # the oldest: the newest stay warm
-                await self._to_pool(fairy)
-            yield
-        finally:
-            self._waiting -= 1
-            self._sqlalchemy_waiting -= 1
-
-    async def settle(self, fairy: Any, since: float) -> None:
-        """After a cancelled statement: the driver cancels it on the server, and the
-        connection's next statement waits until that is done; once it has run, the
-        cancelled statement can no longer commit, and the connection is back.
-        (Closing it at once would leave the statement running, to commit later.)"""
-        try:
-            await fairy.driver_connection.fetchval("SELECT 1")
-        except Exception:
-            self.discard(fairy)
-            return
-        await self.give(fairy, since)
-
-    def discard(self, fairy: Any) -> None:
-        """Never use it again (broken); no await needed."""
-        self._held -= 1
-        self._wake()
-        fairy.invalidate()
-        fairy.close()
-
-    def after_disconnect(self) -> None:
-        """A connection was found dead: the idle ones (borrowed and pooled) likely died
-        with it (a restarted server), so none is reused. The borrowed ones are
-        discarded; the pool recycles every connection it opened until now at its next
-        checkout (closed, and opened anew), as SQLAlchemy does after a disconnect of
-        its own (``Pool._invalidate``, here for all of them, whatever their age).
-
-        The pool is not replaced (``engine.dispose()``): a connection in use meanwhile
-        (another call's) would go back to the old pool, which nothing closes, and be
-        left unclosed to the garbage collector, still open on the server until then."""
-        idle, self._idle = self._idle, []
-        for fairy, _ in idle:
-            self.discard(fairy)
-        self.engine.sync_engine.pool._invalidate_time = time.time()
-
-    async def release_all(self) -> None:
-        """Give every idle connection back to the pool."""
-        idle, self._idle = self._idle, []
-        for fairy, _ in idle:
-            await self._to_pool(fairy)
-
-    def forget(self) -> list[Any]:
-        """Drop them without a word: their event loop is gone, so they cannot be closed
-        (nor terminated). Each is detached from the pool, which forgets it; their
-        driver connections are returned, to be ended by their sockets."""
-        idle, self._idle = self._idle, []
-        drivers = [fairy.driver_connection for fairy, _ in idle]
-        for fairy, _ in idle:
-            fairy.detach()
-        self._held = 0
-        self._queue.clear()
-        return drivers
-
-
-class EngineSet:
-    """The engine of one event loop, its view for single-statement reads, and the
-    connections borrowed from its pool for hot statements."""
-
-    __slots__ = ("borrowed", "engine", "read")
-
-    def __init__(self, engine: AsyncEngine, read_options: dict[str, Any]) -> None:
-        self.engine = engine
-        self.read = engine.execution_options(**read_options)
-        self.borrowed = Borrowed(engine)
-
-
-_SESSION_READY = "tenxstore_session_ready"
-
-
-def on_every_connection(engine: Any, setup: Callable[[Any, Any], None]) -> None:
-    """Run ``setup(dbapi_connection, connection_record)`` on every connection of a (sync)
-    engine: as it is made, and — for one its pool held before tenxstore took the engine
-    over (an application's engine, already used) — at its first checkout. Without that,
-    such a connection kept the server's session defaults (no ``lock_timeout`` on
-    PostgreSQL; REPEATABLE READ and a 50 s lock wait on MySQL; the driver's implicit
-    transactions on SQLite)."""
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, record: Any) -> None:
-        try:
-            setup(dbapi_connection, record)
-        except BaseException:
-            # SQLAlchemy's pool lets go of a connection whose connect event failed
-            # without closing it (the driver then warns of it, unclosed, when it is
-            # collected: a backend ended while its session was set up, say).
-            with contextlib.suppress(Exception):
-                dbapi_connection.close()
-            raise
-        record.info[_SESSION_READY] = True
-
-    @event.listens_for(engine, "checkout")
-    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
-        if not record.info.get(_SESSION_READY):
-            setup(dbapi_connection, record)
-            record.info[_SESSION_READY] = True
-
-
-def _one_line(exc: BaseException) -> str:
-    """An error in one line: its class and its first line (for a WARNING)."""
-    first = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {first[0]}" if first else type(exc).__name__
-
-
-def _reset_or_discard(engine: Any, name: str) -> None:
-    """Reset each connection as it goes back to the pool (SQLAlchemy's rollback, which
-    ``pool_reset_on_return=None`` turns off), and discard one that cannot be reset.
-
-    A connection the server ended while it was checked out (a ``KILL``, a restart, an
-    idle timeout) fails its rollback; SQLAlchemy's own reset logs that at ERROR with a
-    traceback, for what is neither an error of the caller (its work was done, or
-    failed, before) nor of tenxstore. It is one WARNING line here; the connection is
-    discarded as SQLAlchemy would, and the pool opens a new one when it needs one."""
-
-    @event.listens_for(engine, "reset")
-    def _reset(dbapi_connection: Any, record: Any, state: Any) -> None:
-        if state.transaction_was_reset or not state.asyncio_safe:
-            return  # rolled back already / a garbage-collected connection: no I/O allowed
-        try:
-            dbapi_connection.rollback()
-        except Exception as exc:
-            log.warning(
-                "%s: a connection could not be reset on its way back to the pool (%s); "
-                "it is discarded",
-                name,
-                _one_line(exc),
-            )
-            if record is not None:
-                record.invalidate(exc)
-
-
-async def give_back(conn: AsyncConnection, name: str) -> None:
-    """Close a connection (back to the pool), to the end even when the caller is
-    cancelled meanwhile, then re-raise the cancellation.
-
-    A close cancelled halfway leaves its reset (a rollback) undone: SQLAlchemy logs
-    that at ERROR and discards the connection. A close that fails (the server ended
-    the connection: its rollback cannot be sent) is not the caller's error: the work
-    on it was done, or had failed, before; the connection is discarded (one WARNING).
-    """
-    closing = asyncio.ensure_future(conn.close())
-    cancelled: asyncio.CancelledError | None = None
-    while not closing.done():
-        try:
-            await asyncio.shield(closing)
-        except asyncio.CancelledError as exc:
-            cancelled = exc
-    try:
-        closing.result()
-    except DBAPIError as exc:
-        log.warning(
-            "%s: a connection could not be closed cleanly (%s); it is discarded",
-            name,
-            _one_line(exc.orig or exc),
-        )
-    if cancelled is not None:
-        raise cancelled
 
 
 class LangGraphFastPath(Protocol):
@@ -634,10 +198,10 @@ class Backend(ABC):
         kwargs = {**cls.pool_args(), **options}
         quiet_reset = "pool_reset_on_return" not in kwargs  # a caller's own choice stands
         if quiet_reset:
-            kwargs["pool_reset_on_return"] = None  # reset by _reset_or_discard instead
+            kwargs["pool_reset_on_return"] = None  # reset by reset_or_discard instead
         engine = create_async_engine(url, connect_args=connect_args, **kwargs)
         if quiet_reset:
-            _reset_or_discard(engine.sync_engine, cls.name)
+            reset_or_discard(engine.sync_engine, cls.name)
         cls.prepare(engine, lock_timeout)
         return engine
 
@@ -876,7 +440,7 @@ class Backend(ABC):
     def opening_failed(self, exc: BaseException) -> TenxStoreError:
         """A failure to open a connection as tenxstore's error, by class and SQLSTATE."""
         where = self.describe()
-        why = _refusal(exc)
+        why = refusal(exc)
         if why is None:
             return ConnectionLost(
                 f"the connection to {where} broke while it was being opened "

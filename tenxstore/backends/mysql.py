@@ -47,9 +47,11 @@ from sqlalchemy.sql.dml import Insert, Update
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import ConfigError, SerializationError, TenxStoreError
-from .base import Backend, Footprint, TableSizes, on_every_connection
+from .base import Backend
+from .connections import on_every_connection
 from .driver import causes
 from .memory_sql import MysqlKeywords
+from .records import Footprint, TableSizes
 
 log = logging.getLogger(__name__)
 

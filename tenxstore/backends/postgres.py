@@ -62,21 +62,13 @@ from .. import telemetry
 from ..errors import ConfigError, ConnectionLost
 from ..langgraph.columns import CodePointOrder
 from ..models import Tables
-from .base import (
-    OPENING_ERRORS,
-    Backend,
-    Footprint,
-    Head,
-    HeadWrite,
-    LangGraphFastPath,
-    StateWrite,
-    TableSizes,
-    on_every_connection,
-    timeout_ms,
-)
+from .base import Backend, LangGraphFastPath, timeout_ms
+from .codes import OPENING_ERRORS
+from .connections import on_every_connection
 from .driver import DriverStatement, causes
 from .memory_sql import PostgresKeywords
 from .pgoptions import asyncpg_options
+from .records import Footprint, Head, HeadWrite, StateWrite, TableSizes
 
 log = logging.getLogger(__name__)
 

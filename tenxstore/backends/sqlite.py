@@ -41,23 +41,12 @@ from sqlalchemy.sql.expression import Executable
 
 from .. import telemetry
 from ..loops import CrossLoopLock
-from .base import (
-    SQLITE_BUSY,
-    SQLITE_CANTOPEN,
-    SQLITE_LOCKED,
-    Backend,
-    Footprint,
-    Head,
-    HeadWrite,
-    LangGraphFastPath,
-    TableSizes,
-    give_back,
-    on_every_connection,
-    sqlite_code,
-    timeout_ms,
-)
+from .base import Backend, LangGraphFastPath, timeout_ms
+from .codes import SQLITE_BUSY, SQLITE_CANTOPEN, SQLITE_LOCKED, sqlite_code
+from .connections import give_back, on_every_connection
 from .driver import DriverStatement
 from .memory_sql import SqliteKeywords
+from .records import Footprint, Head, HeadWrite, TableSizes
 
 log = logging.getLogger(__name__)
 
