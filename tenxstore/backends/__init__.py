@@ -2,7 +2,7 @@
 
 =====================  ===========================================================
 ``postgresql``         :class:`~.postgres.PostgresBackend` — session mode
-``pgbouncer``          :class:`~.postgres.PgBouncerBackend` — behind a transaction
+``pgbouncer``          :class:`~.pgbouncer.PgBouncerBackend` — behind a transaction
                        pooler (``pool_mode="transaction"``)
 ``sqlite``             :class:`~.sqlite.SqliteBackend` — a database file
 ``memory``             :class:`~.sqlite.MemoryBackend` — an in-memory database
@@ -22,7 +22,8 @@ from ..errors import ConfigError
 from ..validate import masked_url
 from .base import DEFAULT_LOCK_TIMEOUT_S, Backend, DialectName
 from .mysql import MysqlBackend
-from .postgres import PgBouncerBackend, PostgresBackend, transaction_pooling_args
+from .pgbouncer import PgBouncerBackend, transaction_pooling_args
+from .postgres import PostgresBackend
 from .sqlite import MemoryBackend, SqliteBackend, is_memory
 
 __all__ = [

@@ -1,6 +1,5 @@
-"""PostgreSQL through asyncpg: in session mode, and behind a transaction-pooling PgBouncer.
+"""PostgreSQL through asyncpg, in session mode (:class:`PostgresBackend`).
 
-Session mode (:class:`PostgresBackend`):
     * single-statement reads run in AUTOCOMMIT, saving the BEGIN/ROLLBACK round trips;
     * a writer sends its own ``BEGIN``, then locks the thread row with
       ``SELECT ... FOR UPDATE``; a ``BEGIN`` that fails on a connection found dead
@@ -10,42 +9,32 @@ Session mode (:class:`PostgresBackend`):
       ``client_connection_check_interval`` (PostgreSQL 14+): a statement whose client
       is gone is ended by the server, not left to commit when its lock frees.
 
-Behind a transaction pooler (:class:`PgBouncerBackend`) a statement outside a
-transaction may be parsed and executed on different server connections, and a
-session setting lands on whichever server connection serves it: no statement
-caches, unique prepared-statement names, every statement inside a transaction, and
-``SET LOCAL lock_timeout`` in each write transaction.
+Behind a transaction pooler: :mod:`.pgbouncer`. asyncpg's connections and errors:
+:mod:`.asyncpg_driver`; the one-round-trip state write's statements:
+:mod:`.postgres_writes`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import itertools
 import logging
-import threading
-import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
-    Integer,
     String,
     Table,
     Text,
-    and_,
     bindparam,
     cast,
     delete,
-    event,
     func,
     insert,
     select,
     text,
-    true,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
@@ -54,7 +43,7 @@ from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql import Executable, Select
+from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
@@ -62,17 +51,19 @@ from .. import telemetry
 from ..errors import ConfigError, ConnectionLost
 from ..langgraph.columns import CodePointOrder
 from ..models import Tables
+from .asyncpg_driver import lost_error, open_uninterrupted, unsent_error
 from .base import Backend, LangGraphFastPath, timeout_ms
 from .codes import OPENING_ERRORS
 from .connections import on_every_connection
-from .driver import DriverStatement, causes
+from .driver import DriverStatement
 from .memory_sql import PostgresKeywords
 from .pgoptions import asyncpg_options
+from .postgres_writes import hot_writes
 from .records import Footprint, Head, HeadWrite, StateWrite, TableSizes
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PgBouncerBackend", "PostgresBackend", "transaction_pooling_args"]
+__all__ = ["PostgresBackend"]
 
 _LOCK_NOT_AVAILABLE = "55P03"
 #: The server broke a deadlock by rolling this transaction back.
@@ -86,203 +77,6 @@ _BORROWED = "_tenxstore_borrowed"
 
 if TYPE_CHECKING:
     from ..store import Store
-
-
-def _statement_name() -> str:
-    return f"__tenx_{uuid.uuid4().hex}__"
-
-
-def transaction_pooling_args() -> dict[str, Any]:
-    """asyncpg connect arguments for a transaction-pooling PgBouncer.
-
-    A transaction pooler hands each transaction to any server connection, so a
-    statement prepared in one transaction cannot be found in the next: no statement
-    cache (asyncpg's or SQLAlchemy's), and a unique name for every statement
-    SQLAlchemy prepares, so two clients never collide on one server connection. Pass
-    them as ``connect_args`` to an engine of your own.
-    """
-    return {
-        "statement_cache_size": 0,
-        "prepared_statement_cache_size": 0,
-        "prepared_statement_name_func": _statement_name,
-    }
-
-
-async def _open_asyncpg(*args: Any, **kwargs: Any) -> Any:
-    """An asyncpg connection whose opening a cancelled caller never interrupts.
-
-    asyncpg first asks the server for TLS (``sslmode=prefer``, its default); an
-    opening cancelled once the TCP connection is made leaves asyncpg's future of that
-    answer with an error nobody retrieves: asyncio logs "Future exception was never
-    retrieved ... unexpected connection_lost() call" for each (hundreds under calls
-    cancelled by ``wait_for``). So the opening runs to its end in a task of its own:
-    the cancelled caller leaves at once, and the connection it no longer wants is
-    closed as soon as it is open.
-    """
-    import asyncpg
-
-    opening = asyncio.ensure_future(asyncpg.connect(*args, **kwargs))
-    try:
-        return await asyncio.shield(opening)
-    except asyncio.CancelledError:
-        opening.add_done_callback(_drop_opened)
-        raise
-
-
-def _drop_opened(opening: asyncio.Future[Any]) -> None:
-    """Close a connection opened for a caller that was cancelled meanwhile."""
-    if not opening.cancelled() and opening.exception() is None:  # failed: nothing to close
-        opening.result().terminate()  # never used: nothing to end on the server first
-
-
-def _open_uninterrupted(engine: Engine) -> None:
-    """Every asyncpg connection the engine opens goes through :func:`_open_asyncpg`."""
-
-    @event.listens_for(engine, "do_connect")
-    def _do_connect(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
-        return dialect.dbapi.connect(*cargs, async_creator_fn=_open_asyncpg, **cparams)
-
-
-def _driver_error(exc: DBAPIError) -> BaseException | None:
-    """asyncpg's own exception behind SQLAlchemy's (it sits under the adapter's)."""
-    return next((e for e in causes(exc.orig, 4) if type(e).__module__.startswith("asyncpg")), None)
-
-
-def _unsent(exc: BaseException) -> bool:
-    """asyncpg refused to send: its client-side InterfaceError (the connection was found
-    closed) or InternalClientError (its protocol is not idle, as after the server
-    dropped it): nothing reached the server."""
-    from asyncpg.exceptions import PostgresError
-    from asyncpg.exceptions._base import InterfaceError, InternalClientError
-
-    client_side = isinstance(exc, (InterfaceError, InternalClientError))
-    return client_side and not isinstance(exc, PostgresError)
-
-
-def _lost(exc: BaseException) -> bool:
-    """The connection broke while a statement was in flight."""
-    from asyncpg.exceptions import PostgresConnectionError
-
-    return isinstance(exc, (PostgresConnectionError, ConnectionError, OSError))
-
-
-def _one_step_write(tables: Tables, scoped: bool, expected: bool, incarnation: bool) -> Select[Any]:
-    """The common state write as ONE statement (see :meth:`PostgresBackend.commit_head`).
-
-    ``cas`` updates the thread row only when it matches (owner, version, incarnation;
-    the owner compared null-safe, as a sealed write under isolation off names a thread
-    of no user as None):
-    the UPDATE takes the row lock (a concurrent writer waits, then sees the new
-    version and matches nothing) and returns the new version, which every other CTE
-    reads; when it matched nothing, they insert and delete nothing.
-    """
-    t, s, m = tables.threads, tables.states, tables.messages
-    thread: BindParameter[Any] = bindparam("b_thread", type_=t.c.thread_id.type)
-    now: BindParameter[Any] = bindparam("b_now", type_=t.c.updated_at.type)
-    match = [t.c.thread_id == thread]
-    if scoped:
-        owner = bindparam("b_user", type_=t.c.user_id.type)
-        match.append(t.c.user_id.is_not_distinct_from(owner))
-    if expected:
-        match.append(t.c.version == bindparam("b_expected", type_=t.c.version.type))
-    if incarnation:
-        match.append(t.c.incarnation == bindparam("b_life", type_=t.c.incarnation.type))
-    cas = (
-        update(t)
-        .where(*match)
-        .values(version=t.c.version + 1, updated_at=now)
-        .returning(t.c.version, t.c.incarnation, t.c.user_id)
-        .cte("cas")
-    )
-    new_state = insert(s).from_select(
-        ["thread_id", "version", "state_data", "meta", "created_at"],
-        select(
-            thread,
-            cas.c.version,
-            bindparam("b_state", type_=Text()),
-            bindparam("b_meta", type_=Text()),
-            now,
-        ),
-    )
-    batch = func.unnest(
-        bindparam("b_ids", type_=ARRAY(Text())),
-        bindparam("b_roles", type_=ARRAY(Text())),
-        bindparam("b_payloads", type_=ARRAY(Text())),
-    ).table_valued("message_id", "role", "payload", with_ordinality="ord")
-    batch = batch.render_derived(name="batch")
-    new_messages = (
-        pg_insert(m)
-        .from_select(
-            ["thread_id", "message_id", "role", "payload", "created_at"],
-            select(thread, batch.c.message_id, batch.c.role, batch.c.payload, now)
-            .select_from(cas.join(batch, true()))
-            .order_by(batch.c.ord),
-        )
-        .on_conflict_do_nothing(index_elements=["thread_id", "message_id"])
-    )
-    newest = select(cas.c.version).scalar_subquery()
-    prune = delete(s).where(
-        s.c.thread_id == thread, s.c.version <= newest - bindparam("b_limit", type_=Integer())
-    )
-    return (
-        select(cas.c.version, cas.c.incarnation, cas.c.user_id)
-        .add_cte(new_state.cte("new_state"))
-        .add_cte(new_messages.cte("new_messages"))
-        .add_cte(prune.cte("pruned"))
-    )
-
-
-def _did_it_apply(tables: Tables) -> Select[Any]:
-    """Whether a state write that lost its connection committed: the thread's head, and
-    whether the next version after the one it expected holds its state and every
-    message it wrote is stored."""
-    t, s, m = tables.threads, tables.states, tables.messages
-    thread: BindParameter[Any] = bindparam("b_thread", type_=t.c.thread_id.type)
-    expected = bindparam("b_expected", type_=Integer())
-    ids = bindparam("b_ids", type_=ARRAY(Text()))
-    state_there = (
-        select(s.c.version)
-        .where(
-            s.c.thread_id == thread,
-            s.c.version == expected + 1,
-            s.c.state_data == bindparam("b_state", type_=Text()),
-        )
-        .exists()
-    )
-    messages_there = select(func.count()).where(
-        m.c.thread_id == thread, m.c.message_id == func.any(ids)
-    ).scalar_subquery() == func.cardinality(ids)
-    return select(
-        t.c.version, t.c.incarnation, t.c.user_id, and_(state_there, messages_there)
-    ).where(t.c.thread_id == thread)
-
-
-_HotWrites = tuple[dict[tuple[bool, ...], DriverStatement], DriverStatement]
-_HOT_WRITES: collections.OrderedDict[tuple[Tables, str], _HotWrites] = collections.OrderedDict()
-_REMEMBERED = 256  # sets of tables: id types and schemas, as models.tables_for keeps
-_HOT_WRITES_LOCK = threading.Lock()
-
-
-def _hot_writes(tables: Tables, dialect: Any) -> _HotWrites:
-    """The one-step writes and their check, compiled once per process and set of
-    tables (``models.tables_for`` gives one set per id types and schema): compiling
-    them was half the cost of making a repository. Keyed by the tables themselves
-    (never by an id a collected object could hand on), the least recent forgotten."""
-    key = (tables, dialect.name)
-    with _HOT_WRITES_LOCK:  # repositories may be made in several threads at once
-        found = _HOT_WRITES.get(key)
-        if found is None:
-            writes = {
-                flags: DriverStatement(_one_step_write(tables, *flags), dialect)
-                for flags in itertools.product((False, True), repeat=3)
-            }
-            found = (writes, DriverStatement(_did_it_apply(tables), dialect))
-            _HOT_WRITES[key] = found
-            if len(_HOT_WRITES) > _REMEMBERED:
-                _HOT_WRITES.popitem(last=False)
-        else:
-            _HOT_WRITES.move_to_end(key)
-    return found
 
 
 @compiles(CodePointOrder, "postgresql")
@@ -314,7 +108,7 @@ class PostgresBackend(Backend):
         url, libpq = asyncpg_options(url)
         options = {**options, "connect_args": {**libpq, **options.get("connect_args", {})}}
         engine = super().create_engine(url, options, lock_timeout)
-        _open_uninterrupted(engine.sync_engine)
+        open_uninterrupted(engine.sync_engine)
         return engine
 
     # -- the hot path, at driver level -------------------------------------------------
@@ -324,7 +118,7 @@ class PostgresBackend(Backend):
         dialect = self.engine.dialect
         self._read_any = DriverStatement(sql.head_state, dialect)
         self._read_own = DriverStatement(sql.head_state_of_user, dialect)
-        self._writes, self._verify = _hot_writes(sql.tables, dialect)
+        self._writes, self._verify = hot_writes(sql.tables, dialect)
         self._opening_errors: tuple[type[BaseException], ...] = (
             *OPENING_ERRORS,  # asyncpg's own among them: a connection ended as it opened
             dialect.loaded_dbapi.Error,  # raised as is from the pool's connect event
@@ -538,7 +332,7 @@ class PostgresBackend(Backend):
                         await asyncio.shield(settled)
                 raise
             except Exception as exc:
-                unsent, lost = _unsent(exc), _lost(exc)
+                unsent, lost = unsent_error(exc), lost_error(exc)
                 if unsent or lost:
                     borrowed.discard(fairy)
                     borrowed.after_disconnect()
@@ -555,7 +349,7 @@ class PostgresBackend(Backend):
 
     def _driver_error(self, exc: Exception, lost: bool, nothing_written: bool) -> Exception:
         """An asyncpg error of the hot path as tenxstore's error (by class and SQLSTATE)."""
-        if lost or _unsent(exc):
+        if lost or unsent_error(exc):
             if nothing_written:
                 return self.lost(ConnectionLost("the connection was lost; nothing was written"))
             return self.lost(
@@ -816,51 +610,3 @@ class PostgresBackend(Backend):
         private = AsyncEngine(Engine(base.sync_engine.pool.recreate(), base.dialect, base.url))
         self.prepare(private, self.lock_timeout)
         return private
-
-
-class PgBouncerBackend(PostgresBackend):
-    """PostgreSQL behind a transaction-pooling PgBouncer (``pool_mode="transaction"``).
-
-    No driver-level hot path: without prepared-statement caches a statement outside a
-    transaction is parsed and executed in two exchanges, which the pooler may send to
-    two server connections; every statement runs in a transaction instead.
-    """
-
-    name = "pgbouncer"
-    driver_hot_path = False
-
-    @classmethod
-    def connect_args(cls, lock_timeout: float | None) -> dict[str, Any]:
-        return transaction_pooling_args()
-
-    @classmethod
-    def prepare(cls, engine: AsyncEngine, lock_timeout: float | None) -> None:
-        """Nothing per connection: a session setting would land on any server connection."""
-
-    def read_options(self) -> dict[str, Any]:
-        # A transaction pins a statement's Parse and Bind to one server connection.
-        return {}
-
-    def write(
-        self, lock: Executable, params: dict[str, Any]
-    ) -> AbstractAsyncContextManager[tuple[AsyncConnection, Any]]:
-        # asyncpg's own BEGIN is a simple query: the pooler sees the transaction start.
-        return self._block_write(lock, params)
-
-    async def write_begun(self, conn: AsyncConnection) -> None:
-        if self.lock_timeout is not None:
-            wait = timeout_ms(self.lock_timeout)
-            await conn.exec_driver_sql(f"SET LOCAL lock_timeout = {wait}")
-
-    def died_before_sending(self, exc: DBAPIError) -> bool:
-        """asyncpg raises its client-side ``InterfaceError`` when a pooled connection that
-        the server dropped while idle is used again: nothing reached the server. A
-        connection lost in the middle of a statement is a ``PostgresConnectionError``
-        instead, and what it did is not known."""
-        if not exc.connection_invalidated:
-            return False
-        from asyncpg.exceptions import PostgresError
-        from asyncpg.exceptions._base import InterfaceError
-
-        cause = _driver_error(exc)
-        return isinstance(cause, InterfaceError) and not isinstance(cause, PostgresError)
