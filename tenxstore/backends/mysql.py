@@ -38,7 +38,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import String, Table, event, func, select, text
+from sqlalchemy import String, Table, event, func, inspect, select, text
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import DBAPIError
@@ -394,13 +394,11 @@ def resumable(impl: Any) -> None:
     migrations take; each revision's data steps are idempotent, and its raw SQL DDL
     checks what exists itself.)
     """
-    from sqlalchemy import inspect
-
     base = type(impl)
 
     class Resumable(base):  # type: ignore[valid-type,misc]  # a subclass of impl's own
         def create_table(self, table: Any, **kw: Any) -> None:
-            if inspect(self.connection).has_table(table.name):
+            if _has_table(self.connection, table.name):
                 log.info("table %s exists (an earlier run made it): kept", table.name)
                 return
             # MySQL ignores a primary key's name, and says so in a warning the driver
@@ -409,38 +407,47 @@ def resumable(impl: Any) -> None:
             super().create_table(table, **kw)
 
         def drop_table(self, table: Any, **kw: Any) -> None:
-            if not inspect(self.connection).has_table(table.name):
+            if not _has_table(self.connection, table.name):
                 log.info("table %s is gone (an earlier run dropped it)", table.name)
                 return
             super().drop_table(table, **kw)
 
-        def _column_names(self, table: str) -> set[str]:
-            return {str(c["name"]) for c in inspect(self.connection).get_columns(table)}
-
         def add_column(self, table_name: str, column: Any, **kw: Any) -> None:
-            if column.name in self._column_names(table_name):
+            if column.name in _column_names(self.connection, table_name):
                 log.info("column %s.%s exists: kept", table_name, column.name)
                 return
             super().add_column(table_name, column, **kw)
 
         def drop_column(self, table_name: str, column: Any, **kw: Any) -> None:
-            if column.name not in self._column_names(table_name):
+            if column.name not in _column_names(self.connection, table_name):
                 log.info("column %s.%s is gone: an earlier run dropped it", table_name, column.name)
                 return
             super().drop_column(table_name, column, **kw)
 
-        def _index_names(self, table: str) -> set[str]:
-            return {str(i["name"]) for i in inspect(self.connection).get_indexes(table)}
-
         def create_index(self, index: Any, **kw: Any) -> None:
-            if index.name in self._index_names(index.table.name):
+            if index.name in _index_names(self.connection, index.table.name):
                 return
             super().create_index(index, **kw)
 
         def drop_index(self, index: Any, **kw: Any) -> None:
-            if index.name not in self._index_names(index.table.name):
+            if index.name not in _index_names(self.connection, index.table.name):
                 return
             super().drop_index(index, **kw)
 
     Resumable.__name__ = f"Resumable{base.__name__}"
     impl.__class__ = Resumable
+
+
+def _has_table(connection: Any, table: str) -> bool:
+    """Whether the table is there now."""
+    return bool(inspect(connection).has_table(table))
+
+
+def _column_names(connection: Any, table: str) -> set[str]:
+    """The names of a table's columns, as the database has them now."""
+    return {str(c["name"]) for c in inspect(connection).get_columns(table)}
+
+
+def _index_names(connection: Any, table: str) -> set[str]:
+    """The names of a table's indexes, as the database has them now."""
+    return {str(i["name"]) for i in inspect(connection).get_indexes(table)}

@@ -262,6 +262,37 @@ async def aenable(conn: AsyncConnection, schema: str | None) -> tuple[Status, li
         ConfigError: pgvector is not installed on the server, or the extension is
             missing and this role may not create it (not a superuser).
     """
+    found = await _with_extension(conn, schema)
+    assert found.extension_schema is not None
+    pg = PgVector(schema, found.extension_schema)
+    if not found.column:
+        await conn.execute(
+            text(f"ALTER TABLE {pg.table} ADD COLUMN IF NOT EXISTS embedding {pg.vector_type()}")
+        )
+    # the rows without the column (written by a process started before this), which
+    # every HNSW search looks for: a partial index, empty but for those
+    await conn.execute(
+        text(
+            f"CREATE INDEX IF NOT EXISTS {UNFILLED} ON {pg.table} (memory_id) "
+            "WHERE embedding IS NULL"
+        )
+    )
+    pairs = (await conn.execute(text(f"SELECT DISTINCT model_id, dims FROM {pg.table}"))).all()
+    await _fill(conn, pg)
+    indexes = []
+    for model_id, dims in pairs:
+        if await ensure_index(conn, pg, model_id, dims):
+            indexes.append(index_name(model_id, dims))
+    return await astatus(conn, schema), indexes
+
+
+async def _with_extension(conn: AsyncConnection, schema: str | None) -> Status:
+    """The status, after creating the extension when it is missing.
+
+    Raises:
+        ConfigError: pgvector is not installed on the server, or the extension is
+            missing and this role may not create it (not a superuser).
+    """
     found = await astatus(conn, schema)
     if found.installed is None:
         if found.available is None:
@@ -278,23 +309,12 @@ async def aenable(conn: AsyncConnection, schema: str | None) -> tuple[Status, li
             )
         await conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
         found = await astatus(conn, schema)
-    assert found.extension_schema is not None
-    pg = PgVector(schema, found.extension_schema)
-    if not found.column:
-        await conn.execute(
-            text(f"ALTER TABLE {pg.table} ADD COLUMN IF NOT EXISTS embedding {pg.vector_type()}")
-        )
-    # the rows without the column (written by a process started before this), which
-    # every HNSW search looks for: a partial index, empty but for those
-    await conn.execute(
-        text(
-            f"CREATE INDEX IF NOT EXISTS {UNFILLED} ON {pg.table} (memory_id) "
-            "WHERE embedding IS NULL"
-        )
-    )
-    # fill from the float32 bytes (little-endian), a thousand rows a statement
-    pairs = (await conn.execute(text(f"SELECT DISTINCT model_id, dims FROM {pg.table}"))).all()
-    indexes = []
+    return found
+
+
+async def _fill(conn: AsyncConnection, pg: PgVector) -> None:
+    """Fill the column of the rows without it from the float32 bytes (little-endian), a
+    thousand rows a statement."""
     rows = (
         await conn.execute(
             text(f"SELECT memory_id, vector FROM {pg.table} WHERE embedding IS NULL")
@@ -311,10 +331,6 @@ async def aenable(conn: AsyncConnection, schema: str | None) -> tuple[Status, li
             for memory_id, blob in rows[start : start + 1000]
         ]
         await conn.execute(fill, params)
-    for model_id, dims in pairs:
-        if await ensure_index(conn, pg, model_id, dims):
-            indexes.append(index_name(model_id, dims))
-    return await astatus(conn, schema), indexes
 
 
 async def doctor_line(store: Store) -> str | None:

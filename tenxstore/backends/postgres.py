@@ -54,7 +54,7 @@ from ..models import Tables
 from .asyncpg_driver import lost_error, open_uninterrupted, unsent_error
 from .base import Backend, LangGraphFastPath, timeout_ms
 from .codes import OPENING_ERRORS
-from .connections import on_every_connection
+from .connections import Borrowed, on_every_connection
 from .driver import DriverStatement
 from .memory_sql import PostgresKeywords
 from .pgoptions import asyncpg_options
@@ -288,38 +288,19 @@ class PostgresBackend(Backend):
         it cannot commit after the call has ended; a broken connection is discarded.
         ``server`` receives the backend process id that ran the statement.
         """
-        engines = await self._engines.get()
-        borrowed = engines.borrowed
-        retry = self.retry
-        for attempt in retry.tries():
-            try:
-                fairy, since = await borrowed.take()
-            except self._opening_errors as exc:
-                failure = self.opening_failed(exc)
-                if isinstance(failure, ConnectionLost) and await retry.again(
-                    attempt, log, self.name, "a connection broke while it was opened"
-                ):
-                    continue  # it broke while being set up: nothing was sent
-                raise failure from exc
+        borrowed = (await self._engines.get()).borrowed
+        for attempt in self.retry.tries():
+            taken = await self._take(borrowed, attempt)
+            if taken is None:
+                continue  # it broke while being set up: nothing was sent
+            fairy, since = taken
             driver = fairy.driver_connection
-            if fresh and driver.is_closed() is False:
-                # A write is never sent twice: let the loop take in what the server
-                # said while the connection sat idle (a restart, a killed backend).
-                try:
-                    await asyncio.sleep(0)
-                except asyncio.CancelledError:  # nothing was sent: the connection is fine
-                    borrowed.give_later(fairy, since)
-                    raise
-                if driver.is_closed():
-                    borrowed.discard(fairy)
-                    borrowed.after_disconnect()
-                    if await retry.again(
-                        attempt, log, self.name, "a pooled connection was found closed"
-                    ):
-                        continue
-                    raise self.lost(
-                        ConnectionLost("every connection tried was closed; nothing was written")
-                    )
+            if (
+                fresh
+                and driver.is_closed() is False
+                and await self._closed_while_idle(borrowed, taken, attempt)
+            ):
+                continue  # another connection is tried: nothing was sent
             if server is not None:
                 server[:] = [driver.get_server_pid()]
             try:
@@ -332,20 +313,62 @@ class PostgresBackend(Backend):
                         await asyncio.shield(settled)
                 raise
             except Exception as exc:
-                unsent, lost = unsent_error(exc), lost_error(exc)
-                if unsent or lost:
-                    borrowed.discard(fairy)
-                    borrowed.after_disconnect()
-                else:
-                    await borrowed.give(fairy, since)
-                if (unsent or (lost and idempotent)) and await retry.again(
-                    attempt, log, self.name, "a connection broke; nothing was written"
-                ):
-                    continue
-                raise self._driver_error(exc, lost, unsent or idempotent) from exc
+                await self._after_failure(exc, borrowed, taken, attempt, idempotent)
+                continue
             await borrowed.give(fairy, since)
             return row
         raise AssertionError("unreachable")
+
+    async def _take(self, borrowed: Borrowed, attempt: int) -> tuple[Any, float] | None:
+        """A borrowed connection and when it was checked out; None when it broke while
+        it was opened and another is to be tried (nothing was sent)."""
+        try:
+            return await borrowed.take()
+        except self._opening_errors as exc:
+            failure = self.opening_failed(exc)
+            if isinstance(failure, ConnectionLost) and await self.retry.again(
+                attempt, log, self.name, "a connection broke while it was opened"
+            ):
+                return None
+            raise failure from exc
+
+    async def _closed_while_idle(
+        self, borrowed: Borrowed, taken: tuple[Any, float], attempt: int
+    ) -> bool:
+        """Whether a connection a write is about to use was closed while it sat idle
+        (then it is discarded, and another is to be tried). A write is never sent
+        twice: let the loop take in what the server said meanwhile (a restart, a
+        killed backend)."""
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:  # nothing was sent: the connection is fine
+            borrowed.give_later(*taken)
+            raise
+        if not taken[0].driver_connection.is_closed():
+            return False
+        borrowed.discard(taken[0])
+        borrowed.after_disconnect()
+        if await self.retry.again(attempt, log, self.name, "a pooled connection was found closed"):
+            return True
+        raise self.lost(ConnectionLost("every connection tried was closed; nothing was written"))
+
+    async def _after_failure(
+        self, exc: Exception, borrowed: Borrowed, taken: tuple[Any, float], attempt: int, idem: bool
+    ) -> None:
+        """After a statement failed: its connection discarded (broken) or given back;
+        returns when it is to be sent again (it was never sent, or it is a read
+        and the connection broke), else raises tenxstore's error."""
+        unsent, lost = unsent_error(exc), lost_error(exc)
+        if unsent or lost:
+            borrowed.discard(taken[0])
+            borrowed.after_disconnect()
+        else:
+            await borrowed.give(*taken)
+        if (unsent or (lost and idem)) and await self.retry.again(
+            attempt, log, self.name, "a connection broke; nothing was written"
+        ):
+            return
+        raise self._driver_error(exc, lost, unsent or idem) from exc
 
     def _driver_error(self, exc: Exception, lost: bool, nothing_written: bool) -> Exception:
         """An asyncpg error of the hot path as tenxstore's error (by class and SQLSTATE)."""

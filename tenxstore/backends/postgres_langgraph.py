@@ -13,18 +13,25 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Integer,
+    LargeBinary,
     String,
+    Text,
     and_,
     bindparam,
+    cast,
     exists,
     func,
     insert,
     literal,
     select,
+    true,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, aggregate_order_by
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ..langgraph.columns import BLOB_COLUMNS, LONGEST, write_order
 from .driver import DriverStatement
@@ -61,294 +68,11 @@ class OneStatement:
     """
 
     def __init__(self, store: Store) -> None:
-        from sqlalchemy import BigInteger, LargeBinary, Text, cast, true
-        from sqlalchemy.dialects.postgresql import ARRAY, JSONB, aggregate_order_by
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        tables = store.tables
-        t, c, w, b = tables.threads, tables.lg_checkpoints, tables.lg_writes, tables.lg_blobs
-        h = tables.lg_heads
-        dialect = store.backend.engine.dialect
-        thread = bindparam("t", type_=t.c.thread_id.type)
-        ns = bindparam("ns", type_=String())
-
-        def owner(scoped: bool, life: bool) -> Any:
-            """The thread's row, locked FOR NO KEY UPDATE, if it is the run's (``scoped``:
-            owned by ``u`` exactly, compared null-safe: a sealed put's values name
-            their owner, None for a thread of no user)."""
-            found = select(t.c.incarnation).where(t.c.thread_id == thread)
-            if scoped:
-                user = bindparam("u", type_=t.c.user_id.type)
-                found = found.where(t.c.user_id.is_not_distinct_from(user))
-            if life:
-                life_is = bindparam("life", type_=t.c.incarnation.type)
-                found = found.where(t.c.incarnation == life_is)
-            return found.with_for_update(key_share=True).cte("th")
-
-        def array(name: str, kind: Any) -> Any:
-            return bindparam(name, type_=ARRAY(kind))
-
-        def put(scoped: bool, life: bool) -> DriverStatement:
-            th = owner(scoped, life)
-            bases = (
-                func.unnest(array("bc", Text()), array("bv", Text()), array("bu", BigInteger()))
-                .table_valued("channel", "version", "uid")
-                .render_derived(name="bases")
-            )
-            found_bases = (
-                select(func.count())
-                .select_from(b)
-                .join(
-                    bases,
-                    and_(
-                        b.c.channel == bases.c.channel,
-                        b.c.version == bases.c.version,
-                        b.c.uid == bases.c.uid,
-                    ),
-                )
-                .where(b.c.thread_id == thread, b.c.checkpoint_ns == ns)
-                .scalar_subquery()
-            )
-            new_id = bindparam("id", type_=String())
-            taken = (
-                func.unnest(array("ch", Text()), array("ver", Text()))
-                .table_valued("channel", "version")
-                .render_derived(name="taken")
-            )
-            # a version stored already is replaced: the locked path's work
-            none_taken = ~exists(
-                select(b.c.version)
-                .join(taken, and_(b.c.channel == taken.c.channel, b.c.version == taken.c.version))
-                .where(b.c.thread_id == thread, b.c.checkpoint_ns == ns)
-            )
-            parent_id = bindparam("parent", type_=String())
-            parent_as_read = exists(
-                select(c.c.checkpoint_id).where(
-                    c.c.thread_id == thread,
-                    c.c.checkpoint_ns == ns,
-                    c.c.checkpoint_id == parent_id,
-                    cast(c.c.versions, JSONB).contains(cast(bindparam("old", type_=Text()), JSONB)),
-                )
-            )
-            cas = (
-                update(h)
-                .where(
-                    h.c.thread_id == thread,
-                    h.c.checkpoint_ns == ns,
-                    h.c.checkpoint_id == parent_id,
-                    parent_id < new_id,
-                    exists(select(th.c.incarnation)),
-                    parent_as_read,
-                    found_bases == bindparam("nb", type_=Integer()),
-                    none_taken,
-                )
-                .values(checkpoint_id=new_id)
-                .returning(h.c.checkpoint_id)
-                .cte("cas")
-            )
-            columns = [
-                "thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "type",
-                "checkpoint", "metadata", "created_at", "run_id", "versions",
-            ]  # fmt: skip
-            new_checkpoint = insert(c).from_select(
-                columns,
-                select(
-                    thread,
-                    ns,
-                    cas.c.checkpoint_id,
-                    parent_id,
-                    bindparam("type", type_=String()),
-                    bindparam("checkpoint", type_=LargeBinary()),
-                    bindparam("metadata", type_=Text()),
-                    bindparam("now", type_=c.c.created_at.type),
-                    bindparam("run", type_=String()),
-                    bindparam("versions", type_=Text()),
-                ),
-            )
-            given = (
-                func.unnest(
-                    array("ch", Text()),
-                    array("ver", Text()),
-                    array("ty", Text()),
-                    array("bl", LargeBinary()),
-                    array("ba", Text()),
-                    array("sp", Integer()),
-                    array("sk", Integer()),
-                    array("ui", BigInteger()),
-                )
-                .table_valued(*BLOB_COLUMNS)
-                .render_derived(name="given")
-            )
-            new_blobs = (
-                pg_insert(b)
-                .from_select(
-                    ["thread_id", "checkpoint_ns", *BLOB_COLUMNS],
-                    select(thread, ns, *(given.c[name] for name in BLOB_COLUMNS)).select_from(
-                        cas.join(given, true())
-                    ),
-                )
-                .on_conflict_do_nothing(
-                    index_elements=["thread_id", "checkpoint_ns", "channel", "version"]
-                )
-            )
-            beyond = (
-                select(c.c.checkpoint_id)
-                .where(
-                    c.c.thread_id == thread,
-                    c.c.checkpoint_ns == ns,
-                    bindparam("look", type_=Boolean()),  # a one-time filter: no scan
-                )
-                .order_by(c.c.checkpoint_id.desc())
-                .offset(bindparam("off", type_=Integer()))
-                .limit(1)
-                .scalar_subquery()
-            )
-            # the thread's updated_at moves with the put (a thread list orders by it)
-            touched = (
-                update(t)
-                .where(t.c.thread_id == thread, exists(select(cas.c.checkpoint_id)))
-                .values(updated_at=bindparam("now", type_=t.c.updated_at.type))
-            )
-            stmt = (
-                select(
-                    select(th.c.incarnation).scalar_subquery(),
-                    exists(select(cas.c.checkpoint_id)),
-                    beyond,
-                )
-                .add_cte(new_checkpoint.cte("new_checkpoint"))
-                .add_cte(new_blobs.cte("new_blobs"))
-                .add_cte(touched.cte("touched"))
-            )
-            return DriverStatement(stmt, dialect)
-
-        def put_writes(scoped: bool, life: bool) -> DriverStatement:
-            th = owner(scoped, life)
-            names = ("task_id", "idx", "channel", "type", "value", "task_path")
-            given = (
-                func.unnest(
-                    array("ta", Text()),
-                    array("ix", Integer()),
-                    array("ch", Text()),
-                    array("ty", Text()),
-                    array("va", LargeBinary()),
-                    array("pa", Text()),
-                )
-                .table_valued(*names)
-                .render_derived(name="given")
-            )
-            ins = pg_insert(w).from_select(
-                ["thread_id", "checkpoint_ns", "checkpoint_id", *names],
-                select(
-                    thread,
-                    ns,
-                    bindparam("id", type_=String()),
-                    *(given.c[name] for name in names),
-                ).select_from(th.join(given, true())),
-            )
-            # The first write of a task stays; a special one (idx < 0) is replaced.
-            ins = ins.on_conflict_do_update(
-                index_elements=["thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
-                set_={
-                    "channel": ins.excluded.channel,
-                    "type": ins.excluded.type,
-                    "value": ins.excluded.value,
-                    "task_path": ins.excluded.task_path,
-                },
-                where=w.c.idx < 0,
-            )
-            return DriverStatement(
-                select(select(th.c.incarnation).scalar_subquery()).add_cte(ins.cte("ins")),
-                dialect,
-            )
-
-        def read(scoped: bool, given_id: bool) -> DriverStatement:
-            chosen = select(*c.c, t.c.incarnation, t.c.user_id).join(
-                t, t.c.thread_id == c.c.thread_id
-            )
-            chosen = chosen.where(c.c.thread_id == thread, c.c.checkpoint_ns == ns)
-            if scoped:
-                chosen = chosen.where(t.c.user_id == bindparam("u", type_=t.c.user_id.type))
-            if given_id:
-                chosen = chosen.where(c.c.checkpoint_id == bindparam("id", type_=String()))
-            cp = chosen.order_by(c.c.checkpoint_id.desc()).limit(1).cte("cp")
-            newest = c.alias("newest")
-            head = (
-                select(func.max(newest.c.checkpoint_id))
-                .where(newest.c.thread_id == thread, newest.c.checkpoint_ns == ns)
-                .scalar_subquery()
-                if given_id
-                else cp.c.checkpoint_id
-            )
-            order = write_order(w)
-            writes = (
-                select(
-                    *(
-                        func.array_agg(aggregate_order_by(w.c[name], *order)).label(f"w_{name}")
-                        for name in ("task_id", "channel", "type", "value")
-                    )
-                )
-                .where(
-                    w.c.thread_id == thread,
-                    w.c.checkpoint_ns == ns,
-                    w.c.checkpoint_id == cp.c.checkpoint_id,
-                )
-                .lateral("writes")
-            )
-            pairs = (
-                func.jsonb_each_text(cast(cp.c.versions, JSONB))
-                .table_valued("key", "value")
-                .render_derived(name="pairs")
-            )
-
-            def blob(channel: Any, version: Any, name: str) -> Any:
-                """The row of one value, looked up by its whole key (a lateral: the
-                planner takes it from the primary key, however few rows it thinks
-                the table holds)."""
-                step = b.alias(f"{name}_row")
-                return (
-                    select(*(step.c[column] for column in BLOB_COLUMNS))
-                    .where(
-                        step.c.thread_id == thread,
-                        step.c.checkpoint_ns == ns,
-                        step.c.channel == channel,
-                        step.c.version == version,
-                    )
-                    .limit(1)  # not flattened: looked up per row by the whole key
-                    .lateral(name)
-                )
-
-            first = blob(pairs.c.key, pairs.c.value, "first")
-            chain = (
-                select(*(first.c[column] for column in BLOB_COLUMNS), literal(0).label("depth"))
-                .select_from(cp)
-                .join(pairs, true())
-                .join(first, true())
-                .cte("chain", recursive=True)
-            )
-            following = blob(chain.c.channel, chain.c.base, "following")
-            chain = chain.union_all(
-                select(*(following.c[column] for column in BLOB_COLUMNS), chain.c.depth + 1)
-                .select_from(chain)
-                .join(following, true())
-                .where(chain.c.depth < LONGEST)  # a damaged table's cycle ends here
-            )
-            values = (
-                select(*(func.array_agg(chain.c[name]).label(f"b_{name}") for name in BLOB_COLUMNS))
-                .select_from(chain)
-                .lateral("blobs")
-            )
-            stmt = (
-                select(cp, head.label("head"), writes, values)
-                .select_from(cp)
-                .join(writes, true())
-                .join(values, true())
-            )
-            return DriverStatement(stmt, dialect)
-
+        sql = _Statements(store)
         flags = [(a, z) for a in (False, True) for z in (False, True)]
-        self._put = {key: put(*key) for key in flags}
-        self._put_writes = {key: put_writes(*key) for key in flags}
-        self._read = {key: read(*key) for key in flags}
+        self._put = {key: sql.put(*key) for key in flags}
+        self._put_writes = {key: sql.put_writes(*key) for key in flags}
+        self._read = {key: sql.read(*key) for key in flags}
         self._backend = store.backend
 
     async def put(self, scoped: bool, values: dict[str, Any]) -> tuple[int, Any] | None:
@@ -383,3 +107,360 @@ class OneStatement:
         """The rows of one read-only statement, in one round trip."""
         rows: list[Any] = await self._backend.run_statement(stmt, values, write=False, many=True)
         return rows
+
+
+class _Statements:
+    """The one-statement paths' SQL, built step by step for one set of tables: each
+    method returns one named part (a CTE, a subquery, a condition) or, for
+    :meth:`put`, :meth:`put_writes` and :meth:`read`, a whole statement."""
+
+    def __init__(self, store: Store) -> None:
+        tables = store.tables
+        self.t, self.c, self.w = tables.threads, tables.lg_checkpoints, tables.lg_writes
+        self.b, self.h = tables.lg_blobs, tables.lg_heads
+        self.dialect = store.backend.engine.dialect
+        self.thread = bindparam("t", type_=self.t.c.thread_id.type)
+        self.ns = bindparam("ns", type_=String())
+
+    def owner(self, scoped: bool, life: bool) -> Any:
+        """The thread's row, locked FOR NO KEY UPDATE, if it is the run's (``scoped``:
+        owned by ``u`` exactly, compared null-safe: a sealed put's values name
+        their owner, None for a thread of no user)."""
+        t = self.t
+        found = select(t.c.incarnation).where(t.c.thread_id == self.thread)
+        if scoped:
+            user = bindparam("u", type_=t.c.user_id.type)
+            found = found.where(t.c.user_id.is_not_distinct_from(user))
+        if life:
+            life_is = bindparam("life", type_=t.c.incarnation.type)
+            found = found.where(t.c.incarnation == life_is)
+        return found.with_for_update(key_share=True).cte("th")
+
+    # -- a put ---------------------------------------------------------------------
+
+    def put(self, scoped: bool, life: bool) -> DriverStatement:
+        """A put: the mark moved (``cas``), and only then the checkpoint, its values
+        and the thread's ``updated_at`` written; the thread's incarnation, whether
+        the mark moved, and the checkpoint at offset ``off`` (when ``look``)."""
+        th = self.owner(scoped, life)
+        parent_id = bindparam("parent", type_=String())
+        cas = self.mark_moved(th, parent_id, bindparam("id", type_=String()))
+        stmt = (
+            select(
+                select(th.c.incarnation).scalar_subquery(),
+                exists(select(cas.c.checkpoint_id)),
+                self.beyond(),
+            )
+            .add_cte(self.new_checkpoint(cas, parent_id).cte("new_checkpoint"))
+            .add_cte(self.new_blobs(cas).cte("new_blobs"))
+            .add_cte(self.touched(cas).cte("touched"))
+        )
+        return DriverStatement(stmt, self.dialect)
+
+    def mark_moved(self, th: Any, parent_id: Any, new_id: Any) -> Any:
+        """``cas``: the namespace's head mark moved from the parent to the new
+        checkpoint, when the thread is the run's, the parent is stored as read, every
+        base is still there and no version given is stored already."""
+        h = self.h
+        return (
+            update(h)
+            .where(
+                h.c.thread_id == self.thread,
+                h.c.checkpoint_ns == self.ns,
+                h.c.checkpoint_id == parent_id,
+                parent_id < new_id,
+                exists(select(th.c.incarnation)),
+                self.parent_as_read(parent_id),
+                self.bases_found() == bindparam("nb", type_=Integer()),
+                self.none_taken(),
+            )
+            .values(checkpoint_id=new_id)
+            .returning(h.c.checkpoint_id)
+            .cte("cas")
+        )
+
+    def parent_as_read(self, parent_id: Any) -> Any:
+        """Whether the parent is stored, naming the channels the put does not change
+        (``old``) as the run read them."""
+        c = self.c
+        return exists(
+            select(c.c.checkpoint_id).where(
+                c.c.thread_id == self.thread,
+                c.c.checkpoint_ns == self.ns,
+                c.c.checkpoint_id == parent_id,
+                cast(c.c.versions, JSONB).contains(cast(bindparam("old", type_=Text()), JSONB)),
+            )
+        )
+
+    def bases_found(self) -> Any:
+        """How many of the bases the put's deltas extend (``bc``, ``bv``, ``bu``) are
+        stored, each by its uid."""
+        b = self.b
+        bases = (
+            func.unnest(_array("bc", Text()), _array("bv", Text()), _array("bu", BigInteger()))
+            .table_valued("channel", "version", "uid")
+            .render_derived(name="bases")
+        )
+        return (
+            select(func.count())
+            .select_from(b)
+            .join(
+                bases,
+                and_(
+                    b.c.channel == bases.c.channel,
+                    b.c.version == bases.c.version,
+                    b.c.uid == bases.c.uid,
+                ),
+            )
+            .where(b.c.thread_id == self.thread, b.c.checkpoint_ns == self.ns)
+            .scalar_subquery()
+        )
+
+    def none_taken(self) -> Any:
+        """Whether none of the versions given (``ch``, ``ver``) is stored already."""
+        b = self.b
+        taken = (
+            func.unnest(_array("ch", Text()), _array("ver", Text()))
+            .table_valued("channel", "version")
+            .render_derived(name="taken")
+        )
+        # a version stored already is replaced: the locked path's work
+        return ~exists(
+            select(b.c.version)
+            .join(taken, and_(b.c.channel == taken.c.channel, b.c.version == taken.c.version))
+            .where(b.c.thread_id == self.thread, b.c.checkpoint_ns == self.ns)
+        )
+
+    def new_checkpoint(self, cas: Any, parent_id: Any) -> Any:
+        """The checkpoint's row, inserted when the mark moved."""
+        c = self.c
+        columns = [
+            "thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "type",
+            "checkpoint", "metadata", "created_at", "run_id", "versions",
+        ]  # fmt: skip
+        return insert(c).from_select(
+            columns,
+            select(
+                self.thread,
+                self.ns,
+                cas.c.checkpoint_id,
+                parent_id,
+                bindparam("type", type_=String()),
+                bindparam("checkpoint", type_=LargeBinary()),
+                bindparam("metadata", type_=Text()),
+                bindparam("now", type_=c.c.created_at.type),
+                bindparam("run", type_=String()),
+                bindparam("versions", type_=Text()),
+            ),
+        )
+
+    def new_blobs(self, cas: Any) -> Any:
+        """The values' rows (``ch`` … ``ui``, one array a column), inserted when the
+        mark moved."""
+        b = self.b
+        given = (
+            func.unnest(
+                _array("ch", Text()),
+                _array("ver", Text()),
+                _array("ty", Text()),
+                _array("bl", LargeBinary()),
+                _array("ba", Text()),
+                _array("sp", Integer()),
+                _array("sk", Integer()),
+                _array("ui", BigInteger()),
+            )
+            .table_valued(*BLOB_COLUMNS)
+            .render_derived(name="given")
+        )
+        return (
+            pg_insert(b)
+            .from_select(
+                ["thread_id", "checkpoint_ns", *BLOB_COLUMNS],
+                select(self.thread, self.ns, *(given.c[name] for name in BLOB_COLUMNS)).select_from(
+                    cas.join(given, true())
+                ),
+            )
+            .on_conflict_do_nothing(
+                index_elements=["thread_id", "checkpoint_ns", "channel", "version"]
+            )
+        )
+
+    def beyond(self) -> Any:
+        """The namespace's checkpoint at offset ``off``, newest first, when ``look``."""
+        c = self.c
+        return (
+            select(c.c.checkpoint_id)
+            .where(
+                c.c.thread_id == self.thread,
+                c.c.checkpoint_ns == self.ns,
+                bindparam("look", type_=Boolean()),  # a one-time filter: no scan
+            )
+            .order_by(c.c.checkpoint_id.desc())
+            .offset(bindparam("off", type_=Integer()))
+            .limit(1)
+            .scalar_subquery()
+        )
+
+    def touched(self, cas: Any) -> Any:
+        """The thread's ``updated_at`` moved with the put (a thread list orders by it)."""
+        t = self.t
+        return (
+            update(t)
+            .where(t.c.thread_id == self.thread, exists(select(cas.c.checkpoint_id)))
+            .values(updated_at=bindparam("now", type_=t.c.updated_at.type))
+        )
+
+    # -- a task's writes -----------------------------------------------------------
+
+    def put_writes(self, scoped: bool, life: bool) -> DriverStatement:
+        """A task's writes (``ta`` … ``pa``, one array a column), stored when the
+        thread is the run's; the thread's incarnation (None: not stored)."""
+        w = self.w
+        th = self.owner(scoped, life)
+        names = ("task_id", "idx", "channel", "type", "value", "task_path")
+        given = (
+            func.unnest(
+                _array("ta", Text()),
+                _array("ix", Integer()),
+                _array("ch", Text()),
+                _array("ty", Text()),
+                _array("va", LargeBinary()),
+                _array("pa", Text()),
+            )
+            .table_valued(*names)
+            .render_derived(name="given")
+        )
+        ins = pg_insert(w).from_select(
+            ["thread_id", "checkpoint_ns", "checkpoint_id", *names],
+            select(
+                self.thread,
+                self.ns,
+                bindparam("id", type_=String()),
+                *(given.c[name] for name in names),
+            ).select_from(th.join(given, true())),
+        )
+        # The first write of a task stays; a special one (idx < 0) is replaced.
+        ins = ins.on_conflict_do_update(
+            index_elements=["thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
+            set_={
+                "channel": ins.excluded.channel,
+                "type": ins.excluded.type,
+                "value": ins.excluded.value,
+                "task_path": ins.excluded.task_path,
+            },
+            where=w.c.idx < 0,
+        )
+        return DriverStatement(
+            select(select(th.c.incarnation).scalar_subquery()).add_cte(ins.cte("ins")),
+            self.dialect,
+        )
+
+    # -- a read --------------------------------------------------------------------
+
+    def read(self, scoped: bool, given_id: bool) -> DriverStatement:
+        """A checkpoint (``id``, or the newest) with ``head``, its writes and its
+        values' chains, each aggregated into arrays beside the checkpoint's row."""
+        cp = self.chosen(scoped, given_id)
+        writes = self.writes_of(cp)
+        values = self.values_of(self.chain(cp))
+        stmt = (
+            select(cp, self.head(cp, given_id).label("head"), writes, values)
+            .select_from(cp)
+            .join(writes, true())
+            .join(values, true())
+        )
+        return DriverStatement(stmt, self.dialect)
+
+    def chosen(self, scoped: bool, given_id: bool) -> Any:
+        """``cp``: the checkpoint read, with its thread's incarnation and owner."""
+        t, c = self.t, self.c
+        chosen = select(*c.c, t.c.incarnation, t.c.user_id).join(t, t.c.thread_id == c.c.thread_id)
+        chosen = chosen.where(c.c.thread_id == self.thread, c.c.checkpoint_ns == self.ns)
+        if scoped:
+            chosen = chosen.where(t.c.user_id == bindparam("u", type_=t.c.user_id.type))
+        if given_id:
+            chosen = chosen.where(c.c.checkpoint_id == bindparam("id", type_=String()))
+        return chosen.order_by(c.c.checkpoint_id.desc()).limit(1).cte("cp")
+
+    def head(self, cp: Any, given_id: bool) -> Any:
+        """The namespace's newest checkpoint id (the one read, when no id was given)."""
+        if not given_id:
+            return cp.c.checkpoint_id
+        newest = self.c.alias("newest")
+        return (
+            select(func.max(newest.c.checkpoint_id))
+            .where(newest.c.thread_id == self.thread, newest.c.checkpoint_ns == self.ns)
+            .scalar_subquery()
+        )
+
+    def writes_of(self, cp: Any) -> Any:
+        """The checkpoint's writes in LangGraph's order, one array a column (``w_*``)."""
+        w = self.w
+        order = write_order(w)
+        return (
+            select(
+                *(
+                    func.array_agg(aggregate_order_by(w.c[name], *order)).label(f"w_{name}")
+                    for name in ("task_id", "channel", "type", "value")
+                )
+            )
+            .where(
+                w.c.thread_id == self.thread,
+                w.c.checkpoint_ns == self.ns,
+                w.c.checkpoint_id == cp.c.checkpoint_id,
+            )
+            .lateral("writes")
+        )
+
+    def blob(self, channel: Any, version: Any, name: str) -> Any:
+        """The row of one value, looked up by its whole key (a lateral: the planner
+        takes it from the primary key, however few rows it thinks the table holds)."""
+        step = self.b.alias(f"{name}_row")
+        return (
+            select(*(step.c[column] for column in BLOB_COLUMNS))
+            .where(
+                step.c.thread_id == self.thread,
+                step.c.checkpoint_ns == self.ns,
+                step.c.channel == channel,
+                step.c.version == version,
+            )
+            .limit(1)  # not flattened: looked up per row by the whole key
+            .lateral(name)
+        )
+
+    def chain(self, cp: Any) -> Any:
+        """``chain``: the rows of the checkpoint's values, each followed down its
+        bases (recursive, cut at :data:`LONGEST`)."""
+        pairs = (
+            func.jsonb_each_text(cast(cp.c.versions, JSONB))
+            .table_valued("key", "value")
+            .render_derived(name="pairs")
+        )
+        first = self.blob(pairs.c.key, pairs.c.value, "first")
+        chain = (
+            select(*(first.c[column] for column in BLOB_COLUMNS), literal(0).label("depth"))
+            .select_from(cp)
+            .join(pairs, true())
+            .join(first, true())
+            .cte("chain", recursive=True)
+        )
+        following = self.blob(chain.c.channel, chain.c.base, "following")
+        return chain.union_all(
+            select(*(following.c[column] for column in BLOB_COLUMNS), chain.c.depth + 1)
+            .select_from(chain)
+            .join(following, true())
+            .where(chain.c.depth < LONGEST)  # a damaged table's cycle ends here
+        )
+
+    def values_of(self, chain: Any) -> Any:
+        """The chain's rows, one array a column (``b_*``)."""
+        return (
+            select(*(func.array_agg(chain.c[name]).label(f"b_{name}") for name in BLOB_COLUMNS))
+            .select_from(chain)
+            .lateral("blobs")
+        )
+
+
+def _array(name: str, kind: Any) -> Any:
+    """An array argument of ``kind`` items."""
+    return bindparam(name, type_=ARRAY(kind))

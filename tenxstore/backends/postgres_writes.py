@@ -9,7 +9,21 @@ import itertools
 import threading
 from typing import Any
 
-from sqlalchemy import Integer, Text, and_, bindparam, delete, func, insert, select, true, update
+from sqlalchemy import (
+    CTE,
+    Insert,
+    Integer,
+    Table,
+    Text,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql import Select
@@ -35,21 +49,7 @@ def _one_step_write(tables: Tables, scoped: bool, expected: bool, incarnation: b
     t, s, m = tables.threads, tables.states, tables.messages
     thread: BindParameter[Any] = bindparam("b_thread", type_=t.c.thread_id.type)
     now: BindParameter[Any] = bindparam("b_now", type_=t.c.updated_at.type)
-    match = [t.c.thread_id == thread]
-    if scoped:
-        owner = bindparam("b_user", type_=t.c.user_id.type)
-        match.append(t.c.user_id.is_not_distinct_from(owner))
-    if expected:
-        match.append(t.c.version == bindparam("b_expected", type_=t.c.version.type))
-    if incarnation:
-        match.append(t.c.incarnation == bindparam("b_life", type_=t.c.incarnation.type))
-    cas = (
-        update(t)
-        .where(*match)
-        .values(version=t.c.version + 1, updated_at=now)
-        .returning(t.c.version, t.c.incarnation, t.c.user_id)
-        .cte("cas")
-    )
+    cas = _matched_thread(t, thread, now, scoped, expected, incarnation)
     new_state = insert(s).from_select(
         ["thread_id", "version", "state_data", "meta", "created_at"],
         select(
@@ -60,22 +60,7 @@ def _one_step_write(tables: Tables, scoped: bool, expected: bool, incarnation: b
             now,
         ),
     )
-    batch = func.unnest(
-        bindparam("b_ids", type_=ARRAY(Text())),
-        bindparam("b_roles", type_=ARRAY(Text())),
-        bindparam("b_payloads", type_=ARRAY(Text())),
-    ).table_valued("message_id", "role", "payload", with_ordinality="ord")
-    batch = batch.render_derived(name="batch")
-    new_messages = (
-        pg_insert(m)
-        .from_select(
-            ["thread_id", "message_id", "role", "payload", "created_at"],
-            select(thread, batch.c.message_id, batch.c.role, batch.c.payload, now)
-            .select_from(cas.join(batch, true()))
-            .order_by(batch.c.ord),
-        )
-        .on_conflict_do_nothing(index_elements=["thread_id", "message_id"])
-    )
+    new_messages = _new_messages(m, cas, thread, now)
     newest = select(cas.c.version).scalar_subquery()
     prune = delete(s).where(
         s.c.thread_id == thread, s.c.version <= newest - bindparam("b_limit", type_=Integer())
@@ -85,6 +70,56 @@ def _one_step_write(tables: Tables, scoped: bool, expected: bool, incarnation: b
         .add_cte(new_state.cte("new_state"))
         .add_cte(new_messages.cte("new_messages"))
         .add_cte(prune.cte("pruned"))
+    )
+
+
+def _matched_thread(
+    t: Table,
+    thread: BindParameter[Any],
+    now: BindParameter[Any],
+    scoped: bool,
+    expected: bool,
+    incarnation: bool,
+) -> CTE:
+    """``cas``: the thread's row moved to its next version, when it matches (owner,
+    version, incarnation); its new version, incarnation and owner."""
+    match = [t.c.thread_id == thread]
+    if scoped:
+        owner = bindparam("b_user", type_=t.c.user_id.type)
+        match.append(t.c.user_id.is_not_distinct_from(owner))
+    if expected:
+        match.append(t.c.version == bindparam("b_expected", type_=t.c.version.type))
+    if incarnation:
+        match.append(t.c.incarnation == bindparam("b_life", type_=t.c.incarnation.type))
+    return (
+        update(t)
+        .where(*match)
+        .values(version=t.c.version + 1, updated_at=now)
+        .returning(t.c.version, t.c.incarnation, t.c.user_id)
+        .cte("cas")
+    )
+
+
+def _new_messages(
+    m: Table, cas: CTE, thread: BindParameter[Any], now: BindParameter[Any]
+) -> Insert:
+    """The write's messages (``b_ids``, ``b_roles``, ``b_payloads``), inserted in
+    their order when ``cas`` matched; one stored already is kept."""
+    batch = func.unnest(
+        bindparam("b_ids", type_=ARRAY(Text())),
+        bindparam("b_roles", type_=ARRAY(Text())),
+        bindparam("b_payloads", type_=ARRAY(Text())),
+    ).table_valued("message_id", "role", "payload", with_ordinality="ord")
+    batch = batch.render_derived(name="batch")
+    return (
+        pg_insert(m)
+        .from_select(
+            ["thread_id", "message_id", "role", "payload", "created_at"],
+            select(thread, batch.c.message_id, batch.c.role, batch.c.payload, now)
+            .select_from(cas.join(batch, true()))
+            .order_by(batch.c.ord),
+        )
+        .on_conflict_do_nothing(index_elements=["thread_id", "message_id"])
     )
 
 

@@ -22,12 +22,14 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.engine import Dialect
 
 from ..langgraph.columns import BLOB_COLUMNS, LONGEST, write_order
 from ..serde import decode
 from .driver import DriverStatement
 
 if TYPE_CHECKING:
+    from ..models import Tables
     from ..store import Store
 
 __all__ = ["OneHop"]
@@ -42,8 +44,6 @@ class OneHop:
     written and the locked path runs."""
 
     def __init__(self, store: Store) -> None:
-        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
         from .sqlite import SqliteBackend
 
         backend = store.backend
@@ -52,130 +52,20 @@ class OneHop:
         hot = backend.hot_path
         assert hot is not None
         self._hot = hot
-        tables = store.tables
-        t, c, w, b = tables.threads, tables.lg_checkpoints, tables.lg_writes, tables.lg_blobs
-        h = tables.lg_heads
-        dialect = backend.engine.dialect
-        thread = bindparam("t", type_=t.c.thread_id.type)
-        ns = bindparam("ns", type_=String())
-
-        def compiled(stmt: Any) -> DriverStatement:
-            return DriverStatement(stmt, dialect)
-
-        self.thread = compiled(select(t.c.incarnation, t.c.user_id).where(t.c.thread_id == thread))
-        here = (c.c.thread_id == thread, c.c.checkpoint_ns == ns)
-        one = c.c.checkpoint_id == bindparam("id", type_=String())
-        marked = exists(
-            select(h.c.checkpoint_id).where(
-                h.c.thread_id == thread,
-                h.c.checkpoint_ns == ns,
-                h.c.checkpoint_id == c.c.checkpoint_id,
-            )
-        )
-        self.parent = compiled(select(marked, c.c.versions).where(*here, one))
-        blob_key = (
-            b.c.thread_id == thread,
-            b.c.checkpoint_ns == ns,
-            b.c.channel == bindparam("ch", type_=String()),
-            b.c.version == bindparam("ver", type_=String()),
-        )
-        self.blob_uid = compiled(select(b.c.uid).where(*blob_key))
-        self.touch = compiled(
-            update(t)
-            .where(t.c.thread_id == thread)
-            .values(updated_at=bindparam("now", type_=t.c.updated_at.type))
-        )
-        self.move_mark = compiled(
-            update(h)
-            .where(h.c.thread_id == thread, h.c.checkpoint_ns == ns)
-            .values(checkpoint_id=bindparam("id", type_=String()))
-        )
-        names = [
-            "thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "type",
-            "checkpoint", "metadata", "created_at", "run_id", "versions",
-        ]  # fmt: skip
-        self.new_checkpoint = compiled(
-            insert(c).values({name: bindparam(f"c_{name}", type_=c.c[name].type) for name in names})
-        )
-        self.new_blob = compiled(
-            insert(b).values(
-                {
-                    name: bindparam(f"b_{name}", type_=b.c[name].type)
-                    for name in ("thread_id", "checkpoint_ns", *BLOB_COLUMNS)
-                }
-            )
-        )
-        self.beyond = compiled(
-            select(c.c.checkpoint_id)
-            .where(*here)
-            .order_by(c.c.checkpoint_id.desc())
-            .offset(bindparam("off", type_=Integer()))
-            .limit(1)
-        )
-        write_names = ("task_id", "idx", "channel", "type", "value", "task_path")
-        ins = sqlite_insert(w).values(
-            {
-                "thread_id": thread,
-                "checkpoint_ns": ns,
-                "checkpoint_id": bindparam("id", type_=String()),
-                **{name: bindparam(f"w_{name}", type_=w.c[name].type) for name in write_names},
-            }
-        )
-        self.new_write = compiled(
-            ins.on_conflict_do_update(
-                index_elements=["thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
-                set_={
-                    name: ins.excluded[name] for name in ("channel", "type", "value", "task_path")
-                },
-                where=w.c.idx < 0,
-            )
-        )
-        chosen = (
-            select(*c.c, t.c.incarnation, t.c.user_id)
-            .join(t, t.c.thread_id == c.c.thread_id)
-            .where(*here)
-            .order_by(c.c.checkpoint_id.desc())
-            .limit(1)
-        )
-        own = t.c.user_id == bindparam("u", type_=t.c.user_id.type)
-        self.read_stmts = {
-            (False, False): compiled(chosen),
-            (True, False): compiled(chosen.where(own)),
-            (False, True): compiled(chosen.where(one)),
-            (True, True): compiled(chosen.where(one, own)),
-        }
-        self.head = compiled(select(func.max(c.c.checkpoint_id)).where(*here))
-        self.writes = compiled(
-            select(w.c.task_id, w.c.channel, w.c.type, w.c.value)
-            .where(
-                w.c.thread_id == thread,
-                w.c.checkpoint_ns == ns,
-                w.c.checkpoint_id == bindparam("id", type_=String()),
-            )
-            .order_by(*write_order(w))
-        )
-        pairs = func.json_each(bindparam("versions", type_=String())).table_valued("key", "value")
-        first = select(*(b.c[name] for name in BLOB_COLUMNS)).join(
-            pairs,
-            and_(b.c.channel == pairs.c.key, b.c.version == pairs.c.value),
-        )
-        first = first.where(b.c.thread_id == thread, b.c.checkpoint_ns == ns)
-        chain = first.add_columns(literal(0).label("depth")).cte("chain", recursive=True)
-        step = b.alias("step")
-        chain = chain.union_all(
-            select(*(step.c[name] for name in BLOB_COLUMNS), chain.c.depth + 1)
-            .join(
-                chain,
-                and_(
-                    step.c.thread_id == thread,
-                    step.c.checkpoint_ns == ns,
-                    step.c.channel == chain.c.channel,
-                    step.c.version == chain.c.base,
-                ),
-            )
-            .where(chain.c.depth < LONGEST)  # a damaged table's cycle ends here
-        )
-        self.chain = compiled(select(*(chain.c[name] for name in BLOB_COLUMNS)))
+        sql = _Statements(store.tables, backend.engine.dialect)
+        self.thread = sql.thread()
+        self.parent = sql.parent()
+        self.blob_uid = sql.blob_uid()
+        self.touch = sql.touch()
+        self.move_mark = sql.move_mark()
+        self.new_checkpoint = sql.new_checkpoint()
+        self.new_blob = sql.new_blob()
+        self.beyond = sql.beyond()
+        self.new_write = sql.new_write()
+        self.read_stmts = sql.read_stmts()
+        self.head = sql.head()
+        self.writes = sql.writes()
+        self.chain = sql.chain()
 
     async def put(self, scoped: bool, values: dict[str, Any]) -> tuple[int, Any] | None:
         """As :meth:`OneStatement.put`."""
@@ -285,3 +175,201 @@ class OneHop:
     def available(self) -> bool:
         """Always: the file's driver-level path does not come and go."""
         return True
+
+
+class _Statements:
+    """The one-hop paths' statements, each compiled for the file's dialect by one
+    method, for one set of tables."""
+
+    def __init__(self, tables: Tables, dialect: Dialect) -> None:
+        self.t, self.c, self.w = tables.threads, tables.lg_checkpoints, tables.lg_writes
+        self.b, self.h = tables.lg_blobs, tables.lg_heads
+        self.dialect = dialect
+        self.thread_id = bindparam("t", type_=self.t.c.thread_id.type)
+        self.ns = bindparam("ns", type_=String())
+        c = self.c
+        self.here = (c.c.thread_id == self.thread_id, c.c.checkpoint_ns == self.ns)
+        """The namespace's checkpoints."""
+        self.one = c.c.checkpoint_id == bindparam("id", type_=String())
+        """The checkpoint ``id``."""
+
+    def compiled(self, stmt: Any) -> DriverStatement:
+        """``stmt`` compiled for the file's dialect."""
+        return DriverStatement(stmt, self.dialect)
+
+    # -- a put ---------------------------------------------------------------------
+
+    def thread(self) -> DriverStatement:
+        """The thread's incarnation and owner."""
+        t = self.t
+        return self.compiled(
+            select(t.c.incarnation, t.c.user_id).where(t.c.thread_id == self.thread_id)
+        )
+
+    def parent(self) -> DriverStatement:
+        """Whether the checkpoint ``id`` is the namespace's head as marked, and its
+        versions."""
+        h, c = self.h, self.c
+        marked = exists(
+            select(h.c.checkpoint_id).where(
+                h.c.thread_id == self.thread_id,
+                h.c.checkpoint_ns == self.ns,
+                h.c.checkpoint_id == c.c.checkpoint_id,
+            )
+        )
+        return self.compiled(select(marked, c.c.versions).where(*self.here, self.one))
+
+    def blob_uid(self) -> DriverStatement:
+        """The uid of the value stored at (``ch``, ``ver``)."""
+        b = self.b
+        blob_key = (
+            b.c.thread_id == self.thread_id,
+            b.c.checkpoint_ns == self.ns,
+            b.c.channel == bindparam("ch", type_=String()),
+            b.c.version == bindparam("ver", type_=String()),
+        )
+        return self.compiled(select(b.c.uid).where(*blob_key))
+
+    def touch(self) -> DriverStatement:
+        """The thread's ``updated_at`` moved to ``now``."""
+        t = self.t
+        return self.compiled(
+            update(t)
+            .where(t.c.thread_id == self.thread_id)
+            .values(updated_at=bindparam("now", type_=t.c.updated_at.type))
+        )
+
+    def move_mark(self) -> DriverStatement:
+        """The namespace's head mark moved to ``id``."""
+        h = self.h
+        return self.compiled(
+            update(h)
+            .where(h.c.thread_id == self.thread_id, h.c.checkpoint_ns == self.ns)
+            .values(checkpoint_id=bindparam("id", type_=String()))
+        )
+
+    def new_checkpoint(self) -> DriverStatement:
+        """A checkpoint's row (``c_*`` values)."""
+        c = self.c
+        names = [
+            "thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "type",
+            "checkpoint", "metadata", "created_at", "run_id", "versions",
+        ]  # fmt: skip
+        return self.compiled(
+            insert(c).values({name: bindparam(f"c_{name}", type_=c.c[name].type) for name in names})
+        )
+
+    def new_blob(self) -> DriverStatement:
+        """A value's row (``b_*`` values)."""
+        b = self.b
+        return self.compiled(
+            insert(b).values(
+                {
+                    name: bindparam(f"b_{name}", type_=b.c[name].type)
+                    for name in ("thread_id", "checkpoint_ns", *BLOB_COLUMNS)
+                }
+            )
+        )
+
+    def beyond(self) -> DriverStatement:
+        """The namespace's checkpoint at offset ``off``, newest first."""
+        c = self.c
+        return self.compiled(
+            select(c.c.checkpoint_id)
+            .where(*self.here)
+            .order_by(c.c.checkpoint_id.desc())
+            .offset(bindparam("off", type_=Integer()))
+            .limit(1)
+        )
+
+    # -- a task's writes -----------------------------------------------------------
+
+    def new_write(self) -> DriverStatement:
+        """A task's write (``w_*`` values): the first of a task stays, a special one
+        (idx < 0) is replaced."""
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        w = self.w
+        write_names = ("task_id", "idx", "channel", "type", "value", "task_path")
+        ins = sqlite_insert(w).values(
+            {
+                "thread_id": self.thread_id,
+                "checkpoint_ns": self.ns,
+                "checkpoint_id": bindparam("id", type_=String()),
+                **{name: bindparam(f"w_{name}", type_=w.c[name].type) for name in write_names},
+            }
+        )
+        return self.compiled(
+            ins.on_conflict_do_update(
+                index_elements=["thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
+                set_={
+                    name: ins.excluded[name] for name in ("channel", "type", "value", "task_path")
+                },
+                where=w.c.idx < 0,
+            )
+        )
+
+    # -- a read --------------------------------------------------------------------
+
+    def read_stmts(self) -> dict[tuple[bool, bool], DriverStatement]:
+        """The checkpoint read with its thread's incarnation and owner, by (scoped,
+        given an id): the run's (``u``) only when scoped, ``id`` or the newest."""
+        t, c = self.t, self.c
+        chosen = (
+            select(*c.c, t.c.incarnation, t.c.user_id)
+            .join(t, t.c.thread_id == c.c.thread_id)
+            .where(*self.here)
+            .order_by(c.c.checkpoint_id.desc())
+            .limit(1)
+        )
+        own = t.c.user_id == bindparam("u", type_=t.c.user_id.type)
+        return {
+            (False, False): self.compiled(chosen),
+            (True, False): self.compiled(chosen.where(own)),
+            (False, True): self.compiled(chosen.where(self.one)),
+            (True, True): self.compiled(chosen.where(self.one, own)),
+        }
+
+    def head(self) -> DriverStatement:
+        """The namespace's newest checkpoint id."""
+        return self.compiled(select(func.max(self.c.c.checkpoint_id)).where(*self.here))
+
+    def writes(self) -> DriverStatement:
+        """The checkpoint ``id``'s writes, in LangGraph's order."""
+        w = self.w
+        return self.compiled(
+            select(w.c.task_id, w.c.channel, w.c.type, w.c.value)
+            .where(
+                w.c.thread_id == self.thread_id,
+                w.c.checkpoint_ns == self.ns,
+                w.c.checkpoint_id == bindparam("id", type_=String()),
+            )
+            .order_by(*write_order(w))
+        )
+
+    def chain(self) -> DriverStatement:
+        """The rows of the values ``versions`` names, each followed down its bases
+        (recursive, cut at :data:`LONGEST`)."""
+        b, thread, ns = self.b, self.thread_id, self.ns
+        pairs = func.json_each(bindparam("versions", type_=String())).table_valued("key", "value")
+        first = select(*(b.c[name] for name in BLOB_COLUMNS)).join(
+            pairs,
+            and_(b.c.channel == pairs.c.key, b.c.version == pairs.c.value),
+        )
+        first = first.where(b.c.thread_id == thread, b.c.checkpoint_ns == ns)
+        chain = first.add_columns(literal(0).label("depth")).cte("chain", recursive=True)
+        step = b.alias("step")
+        chain = chain.union_all(
+            select(*(step.c[name] for name in BLOB_COLUMNS), chain.c.depth + 1)
+            .join(
+                chain,
+                and_(
+                    step.c.thread_id == thread,
+                    step.c.checkpoint_ns == ns,
+                    step.c.channel == chain.c.channel,
+                    step.c.version == chain.c.base,
+                ),
+            )
+            .where(chain.c.depth < LONGEST)  # a damaged table's cycle ends here
+        )
+        return self.compiled(select(*(chain.c[name] for name in BLOB_COLUMNS)))
