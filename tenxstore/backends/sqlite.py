@@ -11,27 +11,25 @@
 * an in-memory database (:class:`MemoryBackend`) lives in one connection
   (``StaticPool``): its transactions take turns, and its schema is created on
   first use (it is new with every checkpointer).
+
+How connections are opened and set up is :mod:`.sqlite_driver`'s; the file's
+one-hop reads and writes are :mod:`.sqlite_hotpath`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-import os
 import sqlite3
 import threading
 import time
 import uuid
-import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import aiosqlite
-from sqlalchemy import Table, bindparam, create_engine, event, func, insert, select
+from sqlalchemy import Table, event, func, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -42,11 +40,21 @@ from sqlalchemy.sql.expression import Executable
 from .. import telemetry
 from ..loops import CrossLoopLock
 from .base import Backend, LangGraphFastPath, timeout_ms
-from .codes import SQLITE_BUSY, SQLITE_CANTOPEN, SQLITE_LOCKED, sqlite_code
-from .connections import give_back, on_every_connection
-from .driver import DriverStatement
+from .codes import SQLITE_CANTOPEN, sqlite_code
+from .connections import give_back
 from .memory_sql import SqliteKeywords
 from .records import Footprint, Head, HeadWrite, TableSizes
+from .sqlite_driver import (
+    busy,
+    file_identity,
+    is_memory,
+    open_through_driver,
+    set_pragmas_on_connect,
+)
+from .sqlite_hotpath import (
+    HotPath,
+    _Ticket,  # noqa: F401  # tests/contract/test_cancellation.py imports it from here
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,442 +73,6 @@ if TYPE_CHECKING:
     from ..store import Store
 
 
-def _busy(exc: BaseException | None) -> bool:
-    """Whether a SQLite error is a lock that another connection holds (busy or locked)."""
-    return sqlite_code(exc) in (SQLITE_BUSY, SQLITE_LOCKED)
-
-
-def is_memory(url: URL) -> bool:
-    """Whether a SQLite URL names an in-memory database."""
-    database = url.database or ""
-    return database in ("", ":memory:") or "mode=memory" in database
-
-
-def _set_pragmas_on_connect(engine: Engine, lock_timeout: float | None) -> None:
-    """Every connection the engine opens: transactions ours (the driver's implicit ones
-    off), foreign keys on, the busy timeout, and WAL for a file."""
-    wait_ms = timeout_ms(lock_timeout)
-    wal = not is_memory(engine.url)
-
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute(f"PRAGMA busy_timeout={wait_ms}")
-            if wal:
-                _into_wal(cursor)
-        finally:
-            cursor.close()
-
-    on_every_connection(engine, _on_connect)
-
-
-class _EndingConnection(sqlite3.Connection):
-    """A pysqlite connection whose ``close()`` releases every lock it holds first.
-
-    SQLAlchemy invalidates, and so closes, the connection of a call cancelled in the
-    middle of a statement. SQLite closes a connection that still has a statement in
-    progress (the cursor the cancelled call left mid-result) as a "zombie" that keeps
-    its transaction, and so the file's write lock (or, in a shared-cache database, its
-    table locks), until that statement is finalized: whenever the garbage collector
-    frees the cursor. Every writer meanwhile waits out its ``lock_timeout``. So the
-    close first resets the statements of its cursors and rolls back: the close is
-    then a real one. It runs where the close runs: on the connection's own thread
-    (aiosqlite's, or the hot path's worker).
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._cursors: weakref.WeakSet[sqlite3.Cursor] = weakref.WeakSet()
-
-    def cursor(self, *args: Any, **kwargs: Any) -> Any:  # execute() makes its cursor here too
-        made = super().cursor(*args, **kwargs)
-        self._cursors.add(made)
-        return made
-
-    def close(self) -> None:
-        try:
-            for cursor in list(self._cursors):
-                cursor.close()  # resets its statement: a read in progress holds locks too
-            if self.in_transaction:
-                self.rollback()
-        except sqlite3.Error:
-            pass  # closed already, or a broken file: close() is all that is left to do
-        super().close()
-
-
-def _open_through_driver(engine: Engine) -> None:
-    """Every aiosqlite connection the engine opens goes through :func:`_open_aiosqlite`,
-    as an :class:`_EndingConnection`."""
-
-    @event.listens_for(engine, "do_connect")
-    def _do_connect(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
-        cparams = {"factory": _EndingConnection, **cparams}
-        return dialect.dbapi.connect(*cargs, async_creator_fn=_open_aiosqlite, **cparams)
-
-
-async def _open_aiosqlite(*args: Any, **kwargs: Any) -> Any:
-    """An aiosqlite connection, opened; one that fails to open has ended its thread.
-
-    aiosqlite's clean-up of a connection that failed to open (a folder where the file
-    should be, a file we may not read) queues the stop of its thread without waiting:
-    the thread then posts the stop's result to the caller's event loop. Raised at once,
-    the error can end the caller and its loop first (a test's loop closes as the test
-    ends), and the thread's post fails with "Event loop is closed" in that thread (what
-    pytest reported at the end of the whole suite). So the error waits for the thread.
-    """
-    connection = aiosqlite.connect(*args, **kwargs)
-    # The thread: aiosqlite 0.22 keeps it in ``_thread``; before, the connection was one.
-    thread = cast(threading.Thread, getattr(connection, "_thread", connection))
-    thread.daemon = True  # as SQLAlchemy sets it: a connection never closed ends with us
-    try:
-        return await connection
-    except BaseException:
-        if thread.is_alive():
-            await asyncio.shield(asyncio.to_thread(thread.join))
-        raise
-
-
-def _into_wal(cursor: Any) -> None:
-    """WAL is a property of the file: set it once. Switching needs the file to itself,
-    so a process that races another one's switch (several processes setting up at
-    once) accepts the file already in WAL rather than failing its connection."""
-    if _journal_mode(cursor) == "wal":
-        return
-    try:
-        cursor.execute("PRAGMA journal_mode=WAL")
-    except sqlite3.OperationalError:
-        if _journal_mode(cursor) != "wal":
-            raise
-
-
-def _journal_mode(cursor: Any) -> str:
-    cursor.execute("PRAGMA journal_mode")
-    return str(cursor.fetchone()[0]).lower()
-
-
-async def _file_identity(conn: AsyncConnection) -> str:
-    """The database file's device and inode: the same by every path to it, different
-    in a copy (an in-memory database has none)."""
-    rows: list[Any] = list(await conn.exec_driver_sql("PRAGMA database_list"))
-    path = next((row[2] for row in rows if row[1] == "main"), "")
-    if not path:
-        return ""
-    found = os.stat(path)
-    return f"{found.st_dev}:{found.st_ino}"
-
-
-class _Ticket:
-    """One write in a worker thread, and the way to stop it: a cancelled caller sets
-    ``cancelled`` and interrupts the connection, so the write rolls back instead of
-    committing after the call has ended.
-
-    The interrupt and the worker's :meth:`detach` take turns (a lock): once the worker
-    has detached the connection (to roll back or commit, or to give it back to the
-    pool), no interrupt of this ticket reaches it. Else a canceller that had read the
-    connection just before could interrupt its COMMIT, or the statement of the next
-    writer that took the connection from the pool: an error in an innocent call."""
-
-    __slots__ = ("_lock", "cancelled", "connection")
-
-    def __init__(self) -> None:
-        self.cancelled = False
-        self.connection: Any = None
-        self._lock = threading.Lock()
-
-    def attach(self, connection: Any) -> None:
-        """The write runs on ``connection`` now: a cancel interrupts it."""
-        with self._lock:
-            self.connection = connection
-
-    def detach(self) -> None:
-        """Nothing of the write is left to interrupt on the connection."""
-        with self._lock:
-            self.connection = None
-
-    def cancel(self) -> None:
-        with self._lock:
-            self.cancelled = True
-            if self.connection is not None:
-                self.connection.interrupt()  # a statement waiting for the lock stops now
-
-
-class HotPath:
-    """The head read and the common state write of a SQLite file, each in ONE thread
-    hop: compiled statements run on a pysqlite connection from a synchronous
-    SQLAlchemy pool of the same file, in small thread pools (aiosqlite would make a
-    hop of every cursor, execute, fetch and close: 21 for a write). Reads have threads
-    of their own, so writers waiting for another process's lock never hold them up;
-    the pools are made again after :meth:`close`."""
-
-    WORKERS = 4
-    READERS = 2
-    SLICE = 0.05
-    """Seconds SQLite itself waits for the write lock at a time: between slices a
-    writer sees whether its caller is gone (SQLite's busy wait cannot be interrupted)."""
-
-    def __init__(self, url: URL, lock_timeout: float | None, sql: Any, sent: Any) -> None:
-        self.lock_timeout = lock_timeout
-        self.engine = create_engine(
-            url.set(drivername="sqlite+pysqlite"),
-            connect_args={
-                "check_same_thread": False,
-                "timeout": self.SLICE,
-                "factory": _EndingConnection,
-            },
-            pool_size=self.WORKERS + self.READERS,
-        )
-        _set_pragmas_on_connect(self.engine, self.SLICE)
-        self._pools: dict[str, ThreadPoolExecutor] = {}
-        self._pools_lock = threading.Lock()
-        # This process's writers take turns here, woken at once when the turn frees,
-        # rather than in SQLite's busy wait (which sleeps 1, 2, 5, 10... ms between
-        # looks); another process's writer is still waited for by SQLite.
-        self._turn = threading.Lock()
-        self._sent = sent
-        dialect = self.engine.dialect
-        t, s, m = sql.tables.threads, sql.tables.states, sql.tables.messages
-        thread = bindparam("b_thread", type_=t.c.thread_id.type)
-        now = bindparam("b_now", type_=t.c.updated_at.type)
-        self.lock = DriverStatement(sql.lock, dialect)
-        self.read_any = DriverStatement(sql.head_state, dialect)
-        self.read_own = DriverStatement(sql.head_state_of_user, dialect)
-        self.insert_state = DriverStatement(
-            insert(s).values(
-                thread_id=thread,
-                version=bindparam("b_version"),
-                state_data=bindparam("b_state"),
-                meta=bindparam("b_meta"),
-                created_at=now,
-            ),
-            dialect,
-        )
-        self.insert_message = DriverStatement(
-            sqlite_insert(m)
-            .values(
-                thread_id=thread,
-                message_id=bindparam("message_id"),
-                role=bindparam("role"),
-                payload=bindparam("payload"),
-                created_at=now,
-            )
-            .on_conflict_do_nothing(index_elements=["thread_id", "message_id"]),
-            dialect,
-        )
-        self.bump = DriverStatement(sql.bump, dialect)
-        self.prune = DriverStatement(sql.prune, dialect)
-
-    def _pool(self, kind: str) -> ThreadPoolExecutor:
-        with self._pools_lock:
-            pool = self._pools.get(kind)
-            if pool is None:
-                size = self.READERS if kind == "read" else self.WORKERS
-                pool = ThreadPoolExecutor(size, thread_name_prefix=f"tenxstore-sqlite-{kind}")
-                self._pools[kind] = pool
-            return pool
-
-    async def read_in_thread(self, thread_id: Any, user_id: Any) -> Head | None:
-        """:meth:`read` in a reader thread: one hop."""
-        loop = asyncio.get_running_loop()
-        head: Head | None = await loop.run_in_executor(
-            self._pool("read"), self.read, thread_id, user_id
-        )
-        return head
-
-    async def commit_in_thread(self, write: HeadWrite) -> Head | None:
-        """:meth:`commit` in a writer thread: one hop (see :meth:`write_in_thread`)."""
-        return await self.write_in_thread(lambda cursor: self._commit(cursor, write))
-
-    async def read_in_thread_with(self, work: Callable[[Any], _T]) -> _T:
-        """``work(cursor)`` in a reader thread, in one read transaction (one snapshot):
-        one hop."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool("read"), self.read_with, work)
-
-    def read_with(self, work: Callable[[Any], _T]) -> _T:
-        """``work(cursor)`` in a read transaction (see :meth:`_reading`)."""
-
-        def in_snapshot(cursor: Any) -> _T:
-            self._sent("BEGIN")
-            cursor.execute("BEGIN")
-            try:
-                return work(cursor)
-            finally:
-                cursor.execute("ROLLBACK")  # it wrote nothing: ends the snapshot
-
-        return self._reading(in_snapshot)
-
-    def _reading(self, work: Callable[[Any], _T]) -> _T:
-        """``work(cursor)`` on a pooled connection. A WAL read never waits for the write
-        lock; the rare busy moment (a checkpoint, a recovery) is waited out in slices up
-        to ``lock_timeout``."""
-        deadline = None if self.lock_timeout is None else time.monotonic() + self.lock_timeout
-        while True:
-            connection = self.engine.raw_connection()
-            try:
-                cursor = connection.cursor()
-                try:
-                    return work(cursor)
-                finally:
-                    cursor.close()
-            except sqlite3.OperationalError as exc:
-                if not _busy(exc) or (deadline is not None and time.monotonic() >= deadline):
-                    raise
-                telemetry.retried(log, "sqlite", "a read found the database busy")
-            finally:
-                connection.close()
-
-    async def write_in_thread(self, work: Callable[[Any], _T | None]) -> _T | None:
-        """``work(cursor)`` under the write lock (``BEGIN IMMEDIATE``) in a writer
-        thread: one hop. It commits what ``work`` did when it returns a value, and
-        rolls back when it returns None or raises. A cancelled caller stops the
-        write (it rolls back unless it had committed already) and waits for the
-        thread to finish, so nothing commits after the call has ended."""
-        ticket = _Ticket()
-        done: asyncio.Future[_T | None] = asyncio.get_running_loop().run_in_executor(
-            self._pool("write"), functools.partial(self.write, work, ticket)
-        )
-        try:
-            return await asyncio.shield(done)
-        except asyncio.CancelledError:
-            ticket.cancel()
-            while not done.done():
-                with contextlib.suppress(BaseException):
-                    await asyncio.shield(done)
-            raise
-
-    def read(self, thread_id: Any, user_id: Any) -> Head | None:
-        """The head of a thread (as its caller may see it), or None (see :meth:`_reading`)."""
-        values = {"b_thread": thread_id, "b_user": user_id}
-        stmt = self.read_any if user_id is None else self.read_own
-        row = self._reading(lambda cursor: self.execute(cursor, stmt, values).fetchone())
-        return None if row is None else Head(row[0], row[1], row[3], row[2])
-
-    def commit(self, write: HeadWrite, ticket: _Ticket | None = None) -> Head | None:
-        """The common state write (see :class:`HeadWrite`) under the write lock."""
-        return self.write(lambda cursor: self._commit(cursor, write), ticket)
-
-    def write(self, work: Callable[[Any], _T | None], ticket: _Ticket | None = None) -> _T | None:
-        """``work(cursor)`` under the write lock: committed when it returns a value."""
-        connection = self.engine.raw_connection()
-        driver = connection.driver_connection
-        assert driver is not None
-        ticket = ticket or _Ticket()
-        ticket.attach(driver)
-        turn = False
-        try:
-            if ticket.cancelled:
-                return None
-            turn = self._take_turn(ticket)
-            if not turn:
-                return None  # the caller is gone: nothing was written
-            cursor = connection.cursor()
-            if not self._begin(cursor, ticket):
-                return None  # the caller is gone: nothing was written
-            try:
-                result = work(cursor)
-                if ticket.cancelled:  # the caller is gone: never commit after it
-                    result = None
-            except BaseException:
-                ticket.detach()  # nothing to interrupt in the rollback
-                if driver.in_transaction:
-                    self._sent("ROLLBACK")
-                    cursor.execute("ROLLBACK")
-                raise
-            ticket.detach()
-            self._sent("COMMIT" if result is not None else "ROLLBACK")
-            cursor.execute("COMMIT" if result is not None else "ROLLBACK")
-            cursor.close()
-            return result
-        finally:
-            ticket.detach()
-            if turn:
-                self._turn.release()
-            connection.close()
-
-    def _take_turn(self, ticket: _Ticket) -> bool:
-        """This process's turn to write, waited for up to ``lock_timeout`` (then
-        LockTimeout, as SQLite's own wait would end); False when the caller is gone."""
-        if self._turn.acquire(blocking=False):
-            return True
-        started = time.monotonic()
-        deadline = None if self.lock_timeout is None else started + self.lock_timeout
-        while not self._turn.acquire(timeout=self.SLICE):
-            if ticket.cancelled:
-                return False
-            if deadline is not None and time.monotonic() >= deadline:
-                busy = sqlite3.OperationalError("database is locked (by a writer of this process)")
-                busy.sqlite_errorcode = SQLITE_BUSY  # type: ignore[attr-defined]  # as SQLite's
-                raise busy
-        telemetry.lock_waited(log, "sqlite", time.monotonic() - started)
-        return True
-
-    def execute(self, cursor: Any, stmt: DriverStatement, values: Mapping[str, Any]) -> Any:
-        """One compiled statement on a cursor of :meth:`write` or :meth:`read_with`."""
-        self._sent(stmt.sql)
-        return cursor.execute(stmt.sql, stmt.args(values))
-
-    def execute_many(
-        self, cursor: Any, stmt: DriverStatement, rows: Sequence[Mapping[str, Any]]
-    ) -> None:
-        """One compiled statement for each of ``rows``."""
-        self._sent(stmt.sql)
-        cursor.executemany(stmt.sql, [stmt.args(row) for row in rows])
-
-    def _begin(self, cursor: Any, ticket: _Ticket) -> bool:
-        """BEGIN IMMEDIATE, waiting for the write lock up to ``lock_timeout`` in slices;
-        False when the caller is gone meanwhile."""
-        started = time.monotonic()
-        deadline = None if self.lock_timeout is None else started + self.lock_timeout
-        waited = False
-        while True:
-            if ticket.cancelled:
-                return False
-            self._sent("BEGIN IMMEDIATE")
-            try:
-                cursor.execute("BEGIN IMMEDIATE")
-                if waited:  # another process held the write lock
-                    telemetry.lock_waited(log, "sqlite", time.monotonic() - started)
-                return True
-            except sqlite3.OperationalError as exc:
-                if not _busy(exc) or (deadline is not None and time.monotonic() >= deadline):
-                    raise
-                waited = True
-
-    def _commit(self, cursor: Any, w: HeadWrite) -> Head | None:
-        """Under the write lock: the common case only (see :class:`HeadWrite`)."""
-        values: dict[str, Any] = {"b_thread": w.thread_id, "b_now": w.now}
-        row = self.execute(cursor, self.lock, values).fetchone()
-        if (
-            row is None
-            or (w.owned and row[0] != w.user_id)
-            or (w.expected is not None and row[1] != w.expected)
-            or (w.incarnation is not None and row[2] != w.incarnation)
-        ):
-            return None
-        version = row[1] + 1
-        values.update(b_version=version, b_state=w.state, b_meta=w.meta)
-        self.execute(cursor, self.insert_state, values)
-        if w.messages:
-            self._sent(self.insert_message.sql)
-            stmt = self.insert_message
-            cursor.executemany(stmt.sql, [stmt.args({**values, **m}) for m in w.messages])
-        self.execute(cursor, self.bump, values)
-        if version > w.history_limit:
-            self.execute(cursor, self.prune, {**values, "b_upto": version - w.history_limit})
-        return Head(version, row[2], row[0], None)
-
-    def close(self) -> None:
-        """Let the threads go and close the idle connections; a later call makes new
-        ones (another loop may still be using the checkpointer)."""
-        with self._pools_lock:
-            pools, self._pools = self._pools, {}
-        for pool in pools.values():
-            pool.shutdown(wait=False)
-        self.engine.dispose()
-
-
 class SqliteBackend(Backend):
     """A SQLite database file."""
 
@@ -510,7 +82,7 @@ class SqliteBackend(Backend):
     _hot: HotPath | None = None
 
     async def identity(self, conn: AsyncConnection, schema: str | None) -> str:
-        return await _file_identity(conn)
+        return await file_identity(conn)
 
     async def footprint(
         self, conn: AsyncConnection, schema: str | None, tables: Sequence[Table], exact: bool
@@ -601,7 +173,7 @@ class SqliteBackend(Backend):
             raise self._driver_error(exc) from exc
 
     def _driver_error(self, exc: sqlite3.Error) -> Exception:
-        if _busy(exc):
+        if busy(exc):
             return self.lock_timed_out()
         if sqlite_code(exc) == SQLITE_CANTOPEN:
             return self.opening_failed(exc)
@@ -623,8 +195,8 @@ class SqliteBackend(Backend):
         if getattr(sync, "_tenxstore_prepared", False):
             return
         sync._tenxstore_prepared = True  # type: ignore[attr-defined]  # a marker of ours
-        _open_through_driver(sync)
-        _set_pragmas_on_connect(sync, lock_timeout)
+        open_through_driver(sync)
+        set_pragmas_on_connect(sync, lock_timeout)
 
         @event.listens_for(sync, "begin")
         def _on_begin(conn: Connection) -> None:
@@ -635,7 +207,7 @@ class SqliteBackend(Backend):
         return sqlite_insert(table)
 
     def is_lock_timeout(self, exc: DBAPIError) -> bool:
-        return _busy(exc.orig)
+        return busy(exc.orig)
 
     async def begin_write(self, conn: AsyncConnection) -> None:
         await conn.execution_options(**{_WRITE: True})
