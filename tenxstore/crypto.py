@@ -38,32 +38,53 @@ its thread, which is why ``rotate-keys`` seals it again.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import os
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from .errors import ConfigError, DecryptionError, SerializationError
-
-try:  # SIMD base64 (the crypto extra installs it): ~15x the standard library's speed
-    import pybase64
-
-    def _b64encode(data: bytes) -> str:
-        return pybase64.b64encode_as_string(data)
-
-    def _b64decode(text: str) -> bytes:
-        return pybase64.b64decode(text, validate=True)
-
-except ImportError:  # pragma: no cover - the same output, slower
-
-    def _b64encode(data: bytes) -> str:
-        return binascii.b2a_base64(data, newline=False).decode("ascii")
-
-    def _b64decode(text: str) -> bytes:
-        return base64.b64decode(text, validate=True)
-
+# The envelope format is envelopes.py's, keys as given keyconfig.py's. What other
+# modules import from here is imported from there (``X as X``: re-exported, as when
+# it was defined here: keyusage.py reads _OLD_HEAD, _OLD_BYTES_HEAD, _bytes_key_id).
+from .envelopes import (
+    _BYTES_HEAD,
+    _MARK,
+    _NONCE,
+    _OLD_VERSION,
+    _TAG,
+    _VERSION,
+    _aad_prefix,
+    _b64decode,
+    _b64encode,
+    _life_tag,
+    _text_envelope,
+    _thread_tag,
+    _typed_aad,
+    check_type,
+    is_sealed,
+    sealed_key_id,
+)
+from .envelopes import _OLD_BYTES_HEAD as _OLD_BYTES_HEAD
+from .envelopes import _OLD_HEAD as _OLD_HEAD
+from .envelopes import MAX_TYPE as MAX_TYPE
+from .envelopes import _bytes_key_id as _bytes_key_id
+from .envelopes import bytes_head as bytes_head
+from .envelopes import bytes_heads as bytes_heads
+from .envelopes import sealed_version as sealed_version
+from .envelopes import text_head as text_head
+from .envelopes import text_heads as text_heads
+from .errors import ConfigError, DecryptionError
+from .keyconfig import (
+    _KEY_BYTES,
+    ENV,
+    ENVELOPE_ENV,
+    REQUIRE_ENV,
+    SEALING_ENV,
+    _shown,
+    checked_pairs,
+    env_ring,
+    parsed_pairs,
+)
 
 __all__ = [
     "ENV",
@@ -81,18 +102,7 @@ __all__ = [
     "sealed_key_id",
 ]
 
-ENV = "TENXSTORE_KEYS"
-"""The environment variable read when no key ring is given in code."""
-REQUIRE_ENV = "TENXSTORE_REQUIRE_SEALED"
-"""The environment variable that turns on :attr:`KeyRing.require_sealed` (``1``/``0``)."""
-ENVELOPE_ENV = "TENXSTORE_ENVELOPE"
-"""The environment variable naming the envelope format a ring seals in (``tx2``, the
-default; ``tx1`` while a deployment is upgraded, see :class:`KeyRing`)."""
-SEALING_ENV = "TENXSTORE_SEALING_KEY"
-"""The environment variable naming the key that seals (:attr:`KeyRing.current`); unset
-or empty: the first key of ``TENXSTORE_KEYS``."""
-MAX_TYPE = 64
-"""Characters of a LangGraph value's type column; a sealed type takes one more (``!``)."""
+
 # The columns an envelope is bound to (its associated data names one of them).
 STATE = "states.state_data"
 META = "states.meta"
@@ -127,18 +137,6 @@ _KEPT_PREFIXES = frozenset(
         MEMORY_METADATA,
     )
 )
-_MARK = "!"
-_VERSION = "tx2"  # what is sealed: the associated data names the thread's life
-_OLD_VERSION = "tx1"  # before tx2: opened (its associated data names no life), not sealed
-_HEAD = f"{_MARK}{_VERSION}:"
-_OLD_HEAD = f"{_MARK}{_OLD_VERSION}:"
-_BYTES_HEAD = _VERSION.encode()
-_OLD_BYTES_HEAD = _OLD_VERSION.encode()
-_HEAD_SIZE = len(_HEAD)  # both formats' heads are as long: one slice tells them apart
-_KEY_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_NONCE = 12
-_TAG = 16
-_KEY_BYTES = 32
 
 
 class Life(NamedTuple):
@@ -155,141 +153,6 @@ def life_of(row: Any) -> Life:
     """The life of the thread a row read with ``threads.incarnation`` and
     ``threads.user_id`` belongs to."""
     return Life(row.incarnation, row.user_id)
-
-
-def text_head(key_id: str) -> str:
-    """What a text envelope sealed under ``key_id`` now begins with (``!tx2:<key
-    id>:``): rotation compares stored values to it in SQL (a ``tx1`` one is sealed
-    again)."""
-    return f"{_HEAD}{key_id}:"
-
-
-def text_heads(key_id: str) -> tuple[str, str]:
-    """What a text envelope under ``key_id`` begins with, in either format (``tx2``,
-    ``tx1``): the key counts compare stored values to both."""
-    return f"{_HEAD}{key_id}:", f"{_OLD_HEAD}{key_id}:"
-
-
-def bytes_head(key_id: str) -> bytes:
-    """What a LangGraph value's bytes sealed under ``key_id`` now begin with (``tx2``,
-    the key id's length, the key id)."""
-    return _BYTES_HEAD + bytes([len(key_id)]) + key_id.encode()
-
-
-def bytes_heads(key_id: str) -> tuple[bytes, bytes]:
-    """:func:`bytes_head` in either format (``tx2``, ``tx1``)."""
-    tail = bytes([len(key_id)]) + key_id.encode()
-    return _BYTES_HEAD + tail, _OLD_BYTES_HEAD + tail
-
-
-def is_sealed(text: str) -> bool:
-    """Whether a stored text is an envelope (see the module's proof), not plaintext JSON."""
-    return text[:1] == _MARK
-
-
-def _text_envelope(text: str) -> tuple[str, str] | None:
-    """(format version, key id) of a text envelope, or None when it is too damaged to
-    name a key (see :func:`sealed_key_id`)."""
-    head = text[:_HEAD_SIZE]
-    if head != _HEAD and head != _OLD_HEAD:
-        return None
-    end = text.find(":", _HEAD_SIZE, _HEAD_SIZE + 65)
-    key_id = text[_HEAD_SIZE:end] if end > 0 else ""
-    return (head[1:-1], key_id) if _KEY_ID.fullmatch(key_id) else None
-
-
-def sealed_key_id(text: str) -> str | None:
-    """The key id an envelope (of either format) names; None for plaintext, or for an
-    envelope too damaged to name one — what stands where a key id should is not a key
-    id's characters (it is then never repeated in an error or a report: it may be a
-    stored value's text)."""
-    found = _text_envelope(text)
-    return None if found is None else found[1]
-
-
-def sealed_version(text: str) -> str | None:
-    """The format an envelope is in (``"tx2"``, or the older ``"tx1"``), or None (see
-    :func:`sealed_key_id`)."""
-    found = _text_envelope(text)
-    return None if found is None else found[0]
-
-
-def _thread_tag(thread_id: Any) -> bytes:
-    return str(thread_id).encode("utf-8", "surrogatepass")
-
-
-_NO_LIFE = b"\x00"
-
-
-def _life_tag(life: Life | None) -> bytes:
-    """A ``tx2`` envelope's life in its associated data: the incarnation in decimal,
-    then the owner length-prefixed (``=`` and its text: an owner of any characters,
-    or none, splits back unambiguously), each ended by a NUL; or one NUL for a value
-    bound to no life (a sealed export line, which travels between stores)."""
-    if life is None:
-        return _NO_LIFE
-    incarnation, owner = life
-    if type(incarnation) is not int:  # not a bool, not a str of digits: a typed error
-        raise ConfigError(f"a Life's incarnation must be an int, not {type(incarnation).__name__}")
-    named = b"" if owner is None else b"=" + str(owner).encode("utf-8", "surrogatepass")
-    return b"%d\x00%d:%s\x00" % (incarnation, len(named), named)
-
-
-def _aad_prefix(head: str, column: str) -> bytes:
-    """The associated data of a text envelope before its life and thread id: the
-    envelope's header and the column (tenxstore's own names, no NUL); the thread id
-    comes last, so the joined bytes split back unambiguously."""
-    return b"tenxstore\x00" + head.encode() + b"\x00" + column.encode() + b"\x00"
-
-
-def _typed_aad(head: bytes, kind: str, column: str, thread_id: Any, life: Life | None) -> bytes:
-    """A LangGraph value's associated data: its envelope header, plain type, column,
-    life (``tx2`` only: a ``tx1`` value's names none) and thread id (last, as in
-    :func:`_aad_prefix`)."""
-    return (
-        b"tenxstore\x00"
-        + head
-        + b"\x00"
-        + kind.encode("utf-8", "surrogatepass")
-        + b"\x00"
-        + column.encode()
-        + b"\x00"
-        + (b"" if head.startswith(_OLD_BYTES_HEAD) else _life_tag(life))
-        + _thread_tag(thread_id)
-    )
-
-
-_SHOWN_ID = 32
-"""The longest key id an error repeats: a 32-byte key in base64 is 43 or 44 characters,
-and one given where its id belongs (``base64key:id``) may fit the id's grammar."""
-
-
-def _shown(key_id: Any) -> str | None:
-    """A key id as an error may repeat it (quoted), or None when it could be a key."""
-    if isinstance(key_id, str) and _KEY_ID.fullmatch(key_id) and len(key_id) <= _SHOWN_ID:
-        return repr(key_id)
-    return None
-
-
-def _entry(place: int, total: int, key_id: Any) -> str:
-    """A key ring entry as an error names it: its place, and its id when that cannot
-    be a key (never what the entry holds)."""
-    where = f"key ring entry {place} of {total}"
-    shown = _shown(key_id)
-    return f"{where} ({shown})" if shown else where
-
-
-def _decode_key(where: str, key: str | bytes) -> bytes:
-    if isinstance(key, str):
-        text = key.strip().replace("-", "+").replace("_", "/")
-        try:  # standard or URL-safe, padded or not; any other character is refused
-            key = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
-        except (binascii.Error, ValueError):
-            raise ConfigError(f"{where}: the key is not base64") from None
-    if not isinstance(key, bytes) or len(key) != _KEY_BYTES:
-        got = len(key) if isinstance(key, bytes) else type(key).__name__
-        raise ConfigError(f"{where}: a key must be {_KEY_BYTES} bytes (AES-256), not {got}")
-    return key
 
 
 class KeyRing:
@@ -353,43 +216,9 @@ class KeyRing:
             )
         self.envelope = envelope
         """The format new values are sealed in (``"tx2"``; ``"tx1"`` during an upgrade)."""
-        pairs = list(keys.items() if isinstance(keys, Mapping) else keys)
-        if not pairs:
-            raise ConfigError("a key ring needs at least one key")
-        self._ciphers: dict[str, Any] = {}
-        self._pairs: list[tuple[str, bytes]] = []  # for pickling (another process)
-        # An error names an entry by its place and never shows what it holds: a key
-        # given where its id belongs (``base64key:id``, or a bare key) would be printed.
-        for place, pair in enumerate(pairs, 1):
-            where = _entry(place, len(pairs), None)
-            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-                size = f" of {len(pair)}" if isinstance(pair, (tuple, list)) else ""
-                raise ConfigError(
-                    f"{where} must be a (key_id, key) pair, not a {type(pair).__name__}{size}"
-                    " (not shown: it may hold a key)"
-                )
-            key_id, key = pair
-            if not isinstance(key_id, str) or not _KEY_ID.fullmatch(key_id):
-                got = type(key_id).__name__
-                if isinstance(key_id, str):
-                    got = f"{len(key_id)} characters"
-                raise ConfigError(
-                    f"{where}: the key id must be 1 to 64 characters of A-Z a-z 0-9 _ . -,"
-                    f" not {got} (not shown: it may be a key, given where its id belongs)"
-                )
-            where = _entry(place, len(pairs), key_id)
-            if key_id in self._ciphers:
-                raise ConfigError(f"{where}: its key id appears twice in the key ring")
-            same = [i for i, k in enumerate(self._ciphers, 1) if k.lower() == key_id.lower()]
-            if same:
-                raise ConfigError(
-                    f"{where}: its key id differs only in case from entry {same[0]}'s; key "
-                    "ids must differ ignoring case (a database may compare them without case)"
-                )
-            raw = _decode_key(where, key)
-            self._ciphers[key_id] = AESGCM(raw)
-            self._pairs.append((key_id, raw))
-        self._seal_under(pairs[0][0] if sealing is None else sealing, "sealing=")
+        self._pairs: list[tuple[str, bytes]] = checked_pairs(keys)  # for pickling
+        self._ciphers: dict[str, Any] = {key_id: AESGCM(raw) for key_id, raw in self._pairs}
+        self._seal_under(self._pairs[0][0] if sealing is None else sealing, "sealing=")
         # (header, column) -> the associated data's bytes before the thread id: a read
         # joins one piece to it. Bounded: the headers of this ring's keys (a header is
         # looked up only once its key is found in the ring), the columns of _KEPT_PREFIXES.
@@ -433,18 +262,7 @@ class KeyRing:
         Raises:
             ConfigError: Malformed text or keys, or ``sealing`` not in the ring.
         """
-        if not isinstance(text, str):
-            raise ConfigError(f"{ENV} must be a str, not {type(text).__name__}")
-        pairs: list[tuple[str, str | bytes]] = []
-        parts = text.split(",")
-        for place, part in enumerate(parts, 1):
-            key_id, sep, key = part.strip().partition(":")
-            if not sep:  # a bare key, most likely: nothing of it is shown
-                raise ConfigError(
-                    f"{ENV}: entry {place} of {len(parts)} is not key_id:base64key (it has no"
-                    " ':'; not shown: it may be a key)"
-                )
-            pairs.append((key_id, key))
+        pairs = parsed_pairs(text)
         return cls(pairs, sealing=sealing, require_sealed=require_sealed, envelope=envelope)
 
     @classmethod
@@ -461,26 +279,12 @@ class KeyRing:
                 empty), or ``TENXSTORE_ENVELOPE`` not ``tx1`` or ``tx2`` (or set
                 without ``TENXSTORE_KEYS``).
         """
-        environ = os.environ if environ is None else environ
-        text = environ.get(ENV, "").strip()
-        sealing = environ.get(SEALING_ENV, "").strip() or None
-        envelope = environ.get(ENVELOPE_ENV, "").strip() or None
-        flag = environ.get(REQUIRE_ENV, "").strip().lower()
-        if flag not in _FLAGS:
-            raise ConfigError(f"{REQUIRE_ENV} must be 1 or 0 (true/false), not {flag[:16]!r}")
-        if not text:
-            given_ones = ((REQUIRE_ENV, _FLAGS[flag]), (SEALING_ENV, sealing))
-            for name, given in (*given_ones, (ENVELOPE_ENV, envelope)):
-                if given:
-                    raise ConfigError(f"{name} is set, and {ENV} gives no key")
+        given = env_ring(os.environ if environ is None else environ)
+        if given is None:
             return None
-        if envelope not in (None, _VERSION, _OLD_VERSION):
-            raise ConfigError(
-                f"{ENVELOPE_ENV} must be {_VERSION} or {_OLD_VERSION}, not {envelope[:16]!r}"
-            )
-        ring = cls.parse(text, require_sealed=_FLAGS[flag], envelope=envelope or _VERSION)
-        if sealing is not None:
-            ring._seal_under(sealing, f"{SEALING_ENV} (for {ENV})")
+        ring = cls.parse(given.text, require_sealed=given.require_sealed, envelope=given.envelope)
+        if given.sealing is not None:
+            ring._seal_under(given.sealing, f"{SEALING_ENV} (for {ENV})")
         return ring
 
     @staticmethod
@@ -669,9 +473,6 @@ class KeyRing:
         return text.startswith(self._head)
 
 
-_FLAGS = {"": False, "0": False, "false": False, "no": False, "1": True, "true": True, "yes": True}
-
-
 def _ring(
     pairs: list[tuple[str, bytes]],
     require_sealed: bool,
@@ -681,43 +482,6 @@ def _ring(
     """A key ring unpickled (in another process; ``sealing`` absent: pickled by a
     release that sealed under the first key; ``envelope`` absent: by one before tx2)."""
     return KeyRing(pairs, sealing=sealing, require_sealed=require_sealed, envelope=envelope)
-
-
-def _bytes_key_id(data: bytes) -> str | None:
-    """The key id a LangGraph value's envelope (of either format) names, or None."""
-    head = data[: len(_BYTES_HEAD)]
-    if (head != _BYTES_HEAD and head != _OLD_BYTES_HEAD) or len(data) <= len(_BYTES_HEAD):
-        return None
-    size = data[len(_BYTES_HEAD)]
-    raw = data[len(_BYTES_HEAD) + 1 : len(_BYTES_HEAD) + 1 + size]
-    try:
-        key_id = raw.decode("ascii")
-    except UnicodeDecodeError:
-        return None
-    return key_id if len(raw) == size and _KEY_ID.fullmatch(key_id) else None
-
-
-def check_type(kind: str, *, sealed: bool = False) -> str:
-    """A serializer's type as it may be stored: never one that begins with ``!``,
-    which marks a sealed LangGraph value (so the mark tells sealed from plain exactly,
-    whatever the bytes: LangGraph's raw ``bytes`` values can begin with anything), and
-    at most 64 characters, 63 when it is to be ``sealed`` (the mark takes one).
-
-    Raises:
-        SerializationError: The type begins with ``!``, or is too long.
-    """
-    if kind[:1] == _MARK:
-        raise SerializationError(
-            f"a serializer type may not begin with {_MARK!r} (it marks encrypted values): {kind!r}"
-        )
-    top = MAX_TYPE - 1 if sealed else MAX_TYPE
-    if len(kind) > top:
-        why = " when encrypted (the mark of a sealed value takes one)" if sealed else ""
-        raise SerializationError(
-            f"a serializer type may be at most {top} characters{why}, not {len(kind)}: "
-            f"{kind[:20]!r}..."
-        )
-    return kind
 
 
 def open_typed(
