@@ -23,9 +23,6 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from redis.asyncio import ConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import telemetry
@@ -39,6 +36,7 @@ from .lifecycle import DEFAULT_BATCH_SIZE, DEFAULT_SAMPLE, BatchHook, DeleteResu
 from .protocol import Checkpointer
 from .redis_cache import BLANKET, INCARNATION_MEMBER, MAX_PUT_AGE, Entry, Fence, RedisCache
 from .redis_cache import decode_entry as _decode_entry
+from .redis_client import make_client
 from .serde import encode_state
 from .statements import load
 from .stats import StoreStats
@@ -55,7 +53,7 @@ from .types import (
     ThreadInfo,
     ToolExecution,
 )
-from .validate import IdType, check_count, masked_url
+from .validate import IdType, check_count
 
 __all__ = ["DEFAULT_KEY_PREFIX", "CachedCheckpointer", "cache_key"]
 
@@ -146,45 +144,6 @@ def _body(
     return mark, ("}" if text == "{}" else "," + text[1:])
 
 
-def _make_client(
-    redis: Any,
-    redis_url: str | None,
-    redis_pool: Any,
-    timeout: float,
-    options: dict[str, Any] | None,
-) -> tuple[Any, Callable[[], Any] | None, bool]:
-    """(client, a maker of another for a second loop or None, whether we own it)."""
-    given = [x for x in (redis, redis_url, redis_pool) if x is not None]
-    if len(given) != 1:
-        raise ConfigError("pass exactly one of redis=, redis_url= or redis_pool=")
-    if options is not None and (redis_url is None or not isinstance(options, dict)):
-        raise ConfigError("redis_options is a dict, for the client created from redis_url")
-    if redis is not None:
-        return redis, None, False
-    if redis_pool is not None:
-        if not isinstance(redis_pool, ConnectionPool):
-            raise ConfigError("redis_pool must be a redis.asyncio.ConnectionPool")
-        return Redis(connection_pool=redis_pool), None, False  # the pool stays the caller's
-    if not isinstance(redis_url, str):
-        raise ConfigError(f"redis_url must be a str, not {type(redis_url).__name__}")
-
-    def make() -> Redis:
-        # redis-py's retries with back-off suit a database, not a best-effort cache:
-        # fail fast and let the database answer. Every call is bounded as a whole by
-        # RedisCache (connecting included), so the client sets no socket timeouts of
-        # its own (each would wrap every read in one more timer).
-        defaults: dict[str, Any] = {"retry": Retry(NoBackoff(), 0)}
-        return Redis.from_url(redis_url, **{**defaults, **(options or {})})
-
-    try:
-        client = make()
-    except (ValueError, TypeError) as exc:  # a URL redis-py cannot read, a bad option
-        raise ConfigError(
-            f"not a Redis URL: {masked_url(redis_url)!r} ({masked_url(exc)})"
-        ) from None
-    return client, make, True
-
-
 class CachedCheckpointer:
     """A Redis hot cache in front of any :class:`~tenxstore.Checkpointer`.
 
@@ -246,9 +205,7 @@ class CachedCheckpointer:
         self._redis: RedisCache | None = None
         if (redis, redis_url, redis_pool) == (None, None, None) and not self._requires_redis():
             return  # a preset without a cache: every call goes to the inner checkpointer
-        client, make, owns = _make_client(
-            redis, redis_url, redis_pool, redis_timeout, redis_options
-        )
+        client, make, owns = make_client(redis, redis_url, redis_pool, redis_timeout, redis_options)
         ttl_ms = 0 if cache_ttl is None else max(1, int(cache_ttl * 1000))
         self._redis = RedisCache(
             client,
