@@ -111,7 +111,7 @@ def decode_entry(raw: bytes) -> Entry | None:
     version = data.pop(RESERVED_KEY, None)
     if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= MAX_COUNT:
         raise ValueError(f"a cache entry needs a version from 0 to 2**63-1, not {version!r}")
-    incarnation = data.pop(INCARNATION_MEMBER, None)  # a state never holds it (see _body)
+    incarnation = data.pop(INCARNATION_MEMBER, None)  # a state never holds it (cache_entries)
     if incarnation is not None and (
         isinstance(incarnation, bool)
         or not isinstance(incarnation, int)
