@@ -25,27 +25,30 @@ once Redis answers again.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import ssl
-import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import (
-    AuthenticationError,
-    AuthorizationError,
-    ConnectionError,
-    NoScriptError,
-    ResponseError,
-)
 
 from . import telemetry
-from .backends.driver import causes
-from .loops import PerLoop, shut_down
+from .loops import PerLoop
+from .redis_client import close_client, replace_client
+from .redis_client import describe as _describe
+from .redis_client import problem as _problem
+from .redis_client import within as _within
+from .redis_scripts import (
+    DROP_SCRIPT,
+    DROP_SHA,
+    FENCE_SCRIPT,
+    FENCE_SHA,
+    PUT_SCRIPT,
+    PUT_SHA,
+    run_pipeline,
+    run_script,
+)
 from .serde import RESERVED_KEY, decode
 from .validate import MAX_COUNT
 
@@ -74,91 +77,11 @@ Fence = tuple[int, int]
 BLANKET: Fence = (2**53 - 1, 0)
 """A fence that refuses every put while it lives (the new incarnation is not known)."""
 
-# Both scripts read a key's head (entry or fence) the same way. Numbers travel as
-# strings and are compared with tonumber (exact below 2**53); a number is never turned
-# back into text inside the script (Lua would write 1e+15).
-_PARSE_HEAD = """
-local function parse(key)
-  local head = redis.call('GETRANGE', key, 0, 127)
-  if head == '' then return nil end
-  local i, v = string.match(head, '^{"__checkpoint_fence__":%[(%d+),(%d+)%]')
-  if i then return i, v, true end
-  v, i = string.match(head, '^ ?{"__checkpoint_version__":(%d+),"__checkpoint_incarnation__":(%d+)')
-  if v then return i, v, false end
-  v = string.match(head, '^ ?{"__checkpoint_version__":(%d+)')
-  if v then return '0', v, false end
-  return nil
-end
-local function below(i1, v1, i2, v2)
-  local a, b = tonumber(i1), tonumber(i2)
-  return a < b or (a == b and tonumber(v1) < tonumber(v2))
-end
-"""
-
-# KEYS[1] key   ARGV[1] incarnation ('' = unknown: keep the cached one's)   ARGV[2] version
-# ARGV[3] ttl in ms (0: none)   ARGV[4] '' or the stdlib mark ' '   ARGV[5] the state's
-# members after its '{' (',"a":1}' or '}')   ARGV[6] '1': only replace, never create
-# Returns 1 when stored, 0 when the key holds an entry or a fence above it, 2 when the
-# key is empty and ARGV[6] forbids creating it.
-PUT_SCRIPT = (
-    _PARSE_HEAD
-    + """
-local ci, cv, fence = parse(KEYS[1])
-if ARGV[6] == '1' and not ci then return 2 end
-local inc = ARGV[1]
-if inc == '' then
-  if fence then return 0 end
-  inc = ci or '0'
-end
-if ci and below(inc, ARGV[2], ci, cv) then return 0 end
-local value = ARGV[4] .. '{"__checkpoint_version__":' .. ARGV[2]
-  .. ',"__checkpoint_incarnation__":' .. inc .. ARGV[5]
-if tonumber(ARGV[3]) > 0 then
-  redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
-else
-  redis.call('SET', KEYS[1], value)
-end
-return 1
-"""
-)
-
-# KEYS[1] key   ARGV[1] incarnation   ARGV[2] version   ARGV[3] fence ttl in ms
-# Replaces what the key holds with a fence at (ARGV[1], ARGV[2]) unless it already holds
-# an entry or a fence at or above it. Returns 1 when fenced.
-FENCE_SCRIPT = (
-    _PARSE_HEAD
-    + """
-local ci, cv = parse(KEYS[1])
-if ci and not below(ci, cv, ARGV[1], ARGV[2]) then return 0 end
-redis.call('SET', KEYS[1], '{"__checkpoint_fence__":[' .. ARGV[1] .. ',' .. ARGV[2] .. ']}',
-  'PX', ARGV[3])
-return 1
-"""
-)
-
-
-# KEYS[1] key. Deletes an entry (or anything else) but never a fence: a fence is
-# dropped only by its expiry or replaced by something above it. Returns 1 when deleted.
-DROP_SCRIPT = (
-    _PARSE_HEAD
-    + """
-local _, _, fence = parse(KEYS[1])
-if fence then return 0 end
-return redis.call('DEL', KEYS[1])
-"""
-)
-
 
 async def _nothing() -> None:
     return None
 
 
-def _sha(script: str) -> str:
-    return hashlib.sha1(script.encode()).hexdigest()  # Redis names scripts so
-
-
-_PUT_SHA, _FENCE_SHA, _DROP_SHA = _sha(PUT_SCRIPT), _sha(FENCE_SCRIPT), _sha(DROP_SCRIPT)
-_SCRIPTS = {_PUT_SHA: PUT_SCRIPT, _FENCE_SHA: FENCE_SCRIPT, _DROP_SHA: DROP_SCRIPT}
 _FLUSH_CHUNK = 500  # remembered invalidations sent per pipeline
 
 
@@ -188,7 +111,7 @@ def decode_entry(raw: bytes) -> Entry | None:
     version = data.pop(RESERVED_KEY, None)
     if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= MAX_COUNT:
         raise ValueError(f"a cache entry needs a version from 0 to 2**63-1, not {version!r}")
-    incarnation = data.pop(INCARNATION_MEMBER, None)  # a state never holds it (see _body)
+    incarnation = data.pop(INCARNATION_MEMBER, None)  # a state never holds it (cache_entries)
     if incarnation is not None and (
         isinstance(incarnation, bool)
         or not isinstance(incarnation, int)
@@ -196,37 +119,6 @@ def decode_entry(raw: bytes) -> Entry | None:
     ):
         raise ValueError(f"a cache entry's incarnation is out of range: {incarnation!r}")
     return Entry(data, version, incarnation)
-
-
-async def _within(work: Awaitable[Any], seconds: float) -> Any:
-    """``work``, bounded: in the calling task where asyncio allows it (3.11), which
-    spares a task per call."""
-    if sys.version_info >= (3, 11):
-        async with asyncio.timeout(seconds):
-            return await work
-    return await asyncio.wait_for(work, seconds)  # pragma: no cover - Python 3.10
-
-
-def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
-    return any(isinstance(seen, kind) for seen in causes(exc))
-
-
-def _problem(exc: BaseException) -> str:
-    """What an operator should check, by the class of a Redis failure."""
-    if isinstance(exc, AuthenticationError):
-        return "Redis refused the credentials: check the password (or user) in the Redis URL"
-    if isinstance(exc, AuthorizationError):
-        return "the Redis user may not run these commands (GET, SET, EVALSHA, DEL)"
-    if isinstance(exc, ResponseError):
-        return f"Redis refused a command ({exc}); a wrong database index or a server setting"
-    if _caused_by(exc, ssl.SSLError):
-        return "the TLS handshake with Redis failed: use rediss:// only if Redis serves TLS"
-    if isinstance(exc, (ConnectionError, OSError)):
-        detail = str(exc) or type(exc).__name__
-        return f"Redis is unreachable ({detail}); is it running, and does it need TLS (rediss://)?"
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        return "Redis did not answer in time"
-    return f"Redis failed unexpectedly: {type(exc).__name__}: {exc}"
 
 
 @dataclass(frozen=True)
@@ -267,7 +159,7 @@ class RedisCache:
         self._clients = PerLoop(
             client,
             make=make,
-            close=self._close_client if owns else None,
+            close=close_client if owns else None,
             reset=self._replace if owns and make is not None else None,
         )
         self.timeout = timeout
@@ -291,23 +183,10 @@ class RedisCache:
         return self._clients.current()
 
     def _replace(self, client: Any) -> Any:
-        """A new client in place of one whose loop closed without closing it: its
-        connections are ended (best effort) and forgotten, never reused."""
-        pool = getattr(client, "connection_pool", None)
-        if pool is not None:
-            conns = [*pool._get_free_connections(), *pool._get_in_use_connections()]
-            writers = (getattr(conn, "_writer", None) for conn in conns)
-            shut_down(None if w is None else w.transport for w in writers)
-            pool.reset()
+        """A new client in place of one whose loop closed without closing it (see
+        :func:`~tenxstore.redis_client.replace_client`)."""
         assert self._make is not None
-        return self._make()
-
-    @staticmethod
-    async def _close_client(client: Any) -> None:
-        try:
-            await client.aclose()
-        except Exception as exc:  # closing is best effort too
-            log.debug("closing a redis client failed: %r", exc)
+        return replace_client(client, self._make)
 
     def status(self) -> CacheStatus:
         """Whether Redis is being used now, and what went wrong last."""
@@ -322,14 +201,7 @@ class RedisCache:
 
     def describe(self) -> str:
         """The Redis server(s), without a password, for messages."""
-        client = self.client
-        if self.cluster:
-            nodes = client.get_nodes() if hasattr(client, "get_nodes") else []
-            return "redis cluster " + ", ".join(f"{n.host}:{n.port}" for n in nodes)
-        kwargs = client.connection_pool.connection_kwargs
-        if "path" in kwargs:
-            return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
-        return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+        return _describe(self.client, self.cluster)
 
     async def probe(self) -> str | None:
         """PING Redis now, down window or not (bounded); the problem, or None."""
@@ -407,12 +279,12 @@ class RedisCache:
             if self.cluster:  # one key per command, side by side: cluster-safe
                 await asyncio.gather(*(self._invalidate(client, k, f) for k, f in chunk))
             else:
-                await self._execute(
+                await run_pipeline(
                     client,
                     [
-                        (_DROP_SHA, key, [])
+                        (DROP_SHA, key, [])
                         if fence is None
-                        else (_FENCE_SHA, key, self._fence_args(fence))
+                        else (FENCE_SHA, key, self._fence_args(fence))
                         for key, fence in chunk
                     ],
                 )
@@ -426,46 +298,14 @@ class RedisCache:
 
     async def _invalidate(self, client: Any, key: str, fence: Fence | None) -> None:
         if fence is None:
-            await self._eval(client, _DROP_SHA, DROP_SCRIPT, key, [])
+            await run_script(client, DROP_SHA, DROP_SCRIPT, key, [])
         else:
-            await self._eval(client, _FENCE_SHA, FENCE_SCRIPT, key, self._fence_args(fence))
-
-    @staticmethod
-    async def _execute(client: Any, calls: list[tuple[str, str, list[Any]]]) -> list[Any]:
-        """(sha, key, args) script calls in one pipeline; the scripts are loaded and the
-        pipeline sent again when Redis lost them (a restart). The first failure is
-        raised."""
-
-        async def send() -> list[Any]:
-            pipe = client.pipeline(transaction=False)
-            for sha, key, args in calls:
-                pipe.evalsha(sha, 1, key, *args)
-            done: list[Any] = await pipe.execute(raise_on_error=False)
-            return done
-
-        results = await send()
-        if any(isinstance(r, NoScriptError) for r in results):
-            for script in _SCRIPTS.values():
-                await client.script_load(script)
-            results = await send()
-        for failure in results:
-            if isinstance(failure, Exception):
-                raise failure
-        return results
+            await run_script(client, FENCE_SHA, FENCE_SCRIPT, key, self._fence_args(fence))
 
     # -- commands ----------------------------------------------------------------------
 
     def _fence_args(self, fence: Fence) -> list[Any]:
         return [fence[0], fence[1], self.fence_ms]
-
-    @staticmethod
-    async def _eval(client: Any, sha: str, script: str, key: str, args: list[Any]) -> Any:
-        """EVALSHA, loading the script when Redis lost it (a restart)."""
-        try:
-            return await client.evalsha(sha, 1, key, *args)
-        except NoScriptError:
-            await client.script_load(script)
-            return await client.evalsha(sha, 1, key, *args)
 
     async def get(self, key: str) -> bytes | None:
         """The raw value of ``key`` (None: absent, invalidation pending, or Redis
@@ -522,16 +362,16 @@ class RedisCache:
             return 0
         if self.cluster:  # redis-py refuses scripts in a cluster pipeline: side by side
             stored, *_ = await asyncio.gather(
-                self._eval(client, _PUT_SHA, PUT_SCRIPT, key, args),
+                run_script(client, PUT_SHA, PUT_SCRIPT, key, args),
                 *(
-                    self._eval(client, _FENCE_SHA, FENCE_SCRIPT, other, self._fence_args(fence))
+                    run_script(client, FENCE_SHA, FENCE_SCRIPT, other, self._fence_args(fence))
                     for other, fence in fences.items()
                 ),
             )
             return stored
-        calls = [(_PUT_SHA, key, args)]
-        calls += [(_FENCE_SHA, other, self._fence_args(fence)) for other, fence in fences.items()]
-        return (await self._execute(client, calls))[0]
+        calls = [(PUT_SHA, key, args)]
+        calls += [(FENCE_SHA, other, self._fence_args(fence)) for other, fence in fences.items()]
+        return (await run_pipeline(client, calls))[0]
 
     async def fence(self, fences: Iterable[tuple[str, Fence]]) -> None:
         """Fence each key (see the module's docstring)."""
@@ -560,8 +400,8 @@ class RedisCache:
         if self.cluster:
             await asyncio.gather(*(self._invalidate(client, k, f) for k, f in fences.items()))
             return
-        calls = [(_FENCE_SHA, k, self._fence_args(f)) for k, f in fences.items() if f is not None]
-        await self._execute(client, calls)
+        calls = [(FENCE_SHA, k, self._fence_args(f)) for k, f in fences.items() if f is not None]
+        await run_pipeline(client, calls)
 
     async def _fence_each(self, client: Any, fences: Mapping[str, Fence | None]) -> None:
         for key, fence in fences.items():
@@ -575,7 +415,7 @@ class RedisCache:
 
     async def _drop_each(self, client: Any, keys: Iterable[str]) -> None:
         for key in keys:
-            await self._eval(client, _DROP_SHA, DROP_SCRIPT, key, [])
+            await run_script(client, DROP_SHA, DROP_SCRIPT, key, [])
 
     async def count_keys(self, pattern: str, page_timeout: float = 5.0) -> int:
         """Keys matching the glob ``pattern``, by ``SCAN`` pages of 1000, each bounded
