@@ -11,11 +11,16 @@ Create Date: 2026-11-30
 """
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import sqlalchemy as sa
 
-from alembic import context, op
-from tenxstore.backends.mysql import long_text, table_options, timestamp
+from alembic import context, op, util
+
+# The column types and table options this revision was written with: frozen copies,
+# never the library's (alembic/frozen_ddl.py, loaded by path as Alembic loads this file).
+_frozen = util.load_python_file(Path(__file__).parents[1], "frozen_ddl.py")
+long_text, table_options, timestamp = _frozen.long_text, _frozen.table_options, _frozen.timestamp
 
 revision: str = "0001_initial"
 down_revision: str | Sequence[str] | None = None
