@@ -38,6 +38,12 @@ def _surrogate() -> sa.types.TypeEngine:  # type: ignore[type-arg]
 
 
 def upgrade() -> None:
+    """Create threads, states, messages and tool_executions.
+
+    Long because a revision is history: it reads as the DDL it emits, one table after
+    another in order, and is not refactored once released (a split would move the same
+    four create_table calls apart, and any edit risks what old databases were made by).
+    """
     attributes = context.config.attributes
     thread_id = _id_type(attributes.get("id_type", "string"))
     user_id = _id_type(attributes.get("user_id_type", "string"))

@@ -62,6 +62,12 @@ def _id_type(kind: str) -> sa.types.TypeEngine:  # type: ignore[type-arg]
 
 
 def upgrade() -> None:
+    """Create lg_blobs, add run_id and versions to lg_checkpoints, fill run_id from each
+    checkpoint's metadata in keyset pages, then index it.
+
+    Long because a revision is history: it reads as the steps it takes, in the order it
+    takes them (the index after the fill), and is not refactored once released.
+    """
     op.create_table(
         "lg_blobs",
         sa.Column(

@@ -89,6 +89,11 @@ def _user_id_type(bind: sa.engine.Connection) -> sa.types.TypeEngine:  # type: i
 
 
 def upgrade() -> None:
+    """Create memories and memory_versions, then each database's keyword index.
+
+    Long because a revision is history: it reads as the DDL it emits, in order, and is
+    not refactored once released (any edit risks what old databases were made by).
+    """
     bind = op.get_bind()
     stamp = timestamp()
     op.create_table(
