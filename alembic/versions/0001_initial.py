@@ -11,11 +11,16 @@ Create Date: 2026-11-30
 """
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import sqlalchemy as sa
 
-from alembic import context, op
-from tenxstore.backends.mysql import long_text, table_options, timestamp
+from alembic import context, op, util
+
+# The column types and table options this revision was written with: frozen copies,
+# never the library's (alembic/frozen_ddl.py, loaded by path as Alembic loads this file).
+_frozen = util.load_python_file(Path(__file__).parents[1], "frozen_ddl.py")
+long_text, table_options, timestamp = _frozen.long_text, _frozen.table_options, _frozen.timestamp
 
 revision: str = "0001_initial"
 down_revision: str | Sequence[str] | None = None
@@ -33,6 +38,12 @@ def _surrogate() -> sa.types.TypeEngine:  # type: ignore[type-arg]
 
 
 def upgrade() -> None:
+    """Create threads, states, messages and tool_executions.
+
+    Long because a revision is history: it reads as the DDL it emits, one table after
+    another in order, and is not refactored once released (a split would move the same
+    four create_table calls apart, and any edit risks what old databases were made by).
+    """
     attributes = context.config.attributes
     thread_id = _id_type(attributes.get("id_type", "string"))
     user_id = _id_type(attributes.get("user_id_type", "string"))

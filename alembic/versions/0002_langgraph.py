@@ -7,11 +7,22 @@ Create Date: 2026-11-30
 """
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import sqlalchemy as sa
 
-from alembic import context, op
-from tenxstore.backends.mysql import key_string, long_blob, long_text, table_options, timestamp
+from alembic import context, op, util
+
+# The column types and table options this revision was written with: frozen copies,
+# never the library's (alembic/frozen_ddl.py, loaded by path as Alembic loads this file).
+_frozen = util.load_python_file(Path(__file__).parents[1], "frozen_ddl.py")
+key_string, long_blob, long_text, table_options, timestamp = (
+    _frozen.key_string,
+    _frozen.long_blob,
+    _frozen.long_text,
+    _frozen.table_options,
+    _frozen.timestamp,
+)
 
 revision: str = "0002_langgraph"
 down_revision: str | Sequence[str] | None = "0001_initial"

@@ -24,11 +24,16 @@ Create Date: 2026-11-30
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 
 import sqlalchemy as sa
 
-from alembic import op
-from tenxstore.backends.mysql import is_mysql, table_options, timestamp
+from alembic import op, util
+
+# The column types and table options this revision was written with: frozen copies,
+# never the library's (alembic/frozen_ddl.py, loaded by path as Alembic loads this file).
+_frozen = util.load_python_file(Path(__file__).parents[1], "frozen_ddl.py")
+is_mysql, table_options, timestamp = _frozen.is_mysql, _frozen.table_options, _frozen.timestamp
 
 revision: str = "0003_incarnations"
 down_revision: str | Sequence[str] | None = "0002_langgraph"

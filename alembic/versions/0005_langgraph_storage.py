@@ -22,11 +22,21 @@ Create Date: 2026-11-30
 import hashlib
 import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import sqlalchemy as sa
 
-from alembic import context, op
-from tenxstore.backends.mysql import key_string, long_blob, long_text, table_options
+from alembic import context, op, util
+
+# The column types and table options this revision was written with: frozen copies,
+# never the library's (alembic/frozen_ddl.py, loaded by path as Alembic loads this file).
+_frozen = util.load_python_file(Path(__file__).parents[1], "frozen_ddl.py")
+key_string, long_blob, long_text, table_options = (
+    _frozen.key_string,
+    _frozen.long_blob,
+    _frozen.long_text,
+    _frozen.table_options,
+)
 
 revision: str = "0005_langgraph_storage"
 down_revision: str | Sequence[str] | None = "0004_hot_updates"
@@ -52,6 +62,12 @@ def _id_type(kind: str) -> sa.types.TypeEngine:  # type: ignore[type-arg]
 
 
 def upgrade() -> None:
+    """Create lg_blobs, add run_id and versions to lg_checkpoints, fill run_id from each
+    checkpoint's metadata in keyset pages, then index it.
+
+    Long because a revision is history: it reads as the steps it takes, in the order it
+    takes them (the index after the fill), and is not refactored once released.
+    """
     op.create_table(
         "lg_blobs",
         sa.Column(

@@ -21,11 +21,16 @@ Create Date: 2026-11-30
 """
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import sqlalchemy as sa
 
-from alembic import op
-from tenxstore.backends.mysql import long_blob
+from alembic import op, util
+
+# The column types and table options this revision was written with: frozen copies,
+# never the library's (alembic/frozen_ddl.py, loaded by path as Alembic loads this file).
+_frozen = util.load_python_file(Path(__file__).parents[1], "frozen_ddl.py")
+long_blob = _frozen.long_blob
 
 revision: str = "0006_langgraph_deltas"
 down_revision: str | Sequence[str] | None = "0005_langgraph_storage"

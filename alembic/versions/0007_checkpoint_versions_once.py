@@ -17,12 +17,17 @@ Create Date: 2026-12-01
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
-from alembic import op
-from tenxstore.backends.mysql import long_blob
+from alembic import op, util
+
+# The column types and table options this revision was written with: frozen copies,
+# never the library's (alembic/frozen_ddl.py, loaded by path as Alembic loads this file).
+_frozen = util.load_python_file(Path(__file__).parents[1], "frozen_ddl.py")
+long_blob = _frozen.long_blob
 
 revision: str = "0007_checkpoint_versions_once"
 down_revision: str | Sequence[str] | None = "0006_langgraph_deltas"

@@ -17,11 +17,16 @@ Create Date: 2026-12-01
 """
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import sqlalchemy as sa
 
-from alembic import context, op
-from tenxstore.backends.mysql import key_string, table_options
+from alembic import context, op, util
+
+# The column types and table options this revision was written with: frozen copies,
+# never the library's (alembic/frozen_ddl.py, loaded by path as Alembic loads this file).
+_frozen = util.load_python_file(Path(__file__).parents[1], "frozen_ddl.py")
+key_string, table_options = _frozen.key_string, _frozen.table_options
 
 revision: str = "0008_langgraph_heads"
 down_revision: str | Sequence[str] | None = "0007_checkpoint_versions_once"

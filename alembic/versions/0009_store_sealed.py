@@ -22,11 +22,16 @@ Create Date: 2026-12-03
 
 from collections.abc import Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 
 import sqlalchemy as sa
 
-from alembic import context, op
-from tenxstore.backends.mysql import timestamp
+from alembic import context, op, util
+
+# The column types and table options this revision was written with: frozen copies,
+# never the library's (alembic/frozen_ddl.py, loaded by path as Alembic loads this file).
+_frozen = util.load_python_file(Path(__file__).parents[1], "frozen_ddl.py")
+timestamp = _frozen.timestamp
 
 revision: str = "0009_store_sealed"
 down_revision: str | Sequence[str] | None = "0008_langgraph_heads"

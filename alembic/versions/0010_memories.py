@@ -27,11 +27,21 @@ Create Date: 2026-12-05
 """
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import sqlalchemy as sa
 
-from alembic import context, op
-from tenxstore.backends.mysql import is_mysql, long_text, table_options, timestamp
+from alembic import context, op, util
+
+# The column types and table options this revision was written with: frozen copies,
+# never the library's (alembic/frozen_ddl.py, loaded by path as Alembic loads this file).
+_frozen = util.load_python_file(Path(__file__).parents[1], "frozen_ddl.py")
+is_mysql, long_text, table_options, timestamp = (
+    _frozen.is_mysql,
+    _frozen.long_text,
+    _frozen.table_options,
+    _frozen.timestamp,
+)
 
 revision: str = "0010_memories"
 down_revision: str | Sequence[str] | None = "0009_store_sealed"
@@ -79,6 +89,11 @@ def _user_id_type(bind: sa.engine.Connection) -> sa.types.TypeEngine:  # type: i
 
 
 def upgrade() -> None:
+    """Create memories and memory_versions, then each database's keyword index.
+
+    Long because a revision is history: it reads as the DDL it emits, in order, and is
+    not refactored once released (any edit risks what old databases were made by).
+    """
     bind = op.get_bind()
     stamp = timestamp()
     op.create_table(

@@ -22,11 +22,16 @@ Create Date: 2026-12-04
 """
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import sqlalchemy as sa
 
-from alembic import context, op
-from tenxstore.backends.mysql import long_blob, table_options
+from alembic import context, op, util
+
+# The column types and table options this revision was written with: frozen copies,
+# never the library's (alembic/frozen_ddl.py, loaded by path as Alembic loads this file).
+_frozen = util.load_python_file(Path(__file__).parents[1], "frozen_ddl.py")
+long_blob, table_options = _frozen.long_blob, _frozen.table_options
 
 revision: str = "0011_memory_vectors"
 down_revision: str | Sequence[str] | None = "0010_memories"

@@ -308,9 +308,6 @@ class MysqlBackend(Backend):
                 await conn.commit()
 
 
-# -- DDL of the migrations (frozen: a revision must not change with later code) --------
-
-
 _PACKET = "tenxstore_max_allowed_packet"
 #: What the driver escapes in a literal (one more byte each).
 _ESCAPED = (b"\\", b"'", b'"', b"\0", b"\n", b"\r", b"\x1a")
@@ -333,53 +330,13 @@ def statement_size(statement: str, parameters: Any, limit: int) -> int:
     return size + sum(v.count(c) for v in raw for c in _ESCAPED)
 
 
-def long_text() -> Any:
-    """TEXT everywhere; LONGTEXT on MySQL (its TEXT holds 64 KB; LONGTEXT 4 GB)."""
-    from sqlalchemy import Text
-    from sqlalchemy.dialects.mysql import LONGTEXT
-
-    return Text().with_variant(LONGTEXT(), "mysql", "mariadb")
-
-
-def long_blob() -> Any:
-    """A binary column; LONGBLOB on MySQL (its BLOB holds 64 KB)."""
-    from sqlalchemy import LargeBinary
-    from sqlalchemy.dialects.mysql import LONGBLOB
-
-    return LargeBinary().with_variant(LONGBLOB(), "mysql", "mariadb")
-
-
-def timestamp() -> Any:
-    """A time with its zone; on MySQL ``DATETIME(6)`` (microseconds, UTC by convention:
-    every session runs in UTC, and the store writes UTC)."""
-    from sqlalchemy import DateTime
-    from sqlalchemy.dialects.mysql import DATETIME
-
-    return DateTime(timezone=True).with_variant(DATETIME(fsp=6), "mysql", "mariadb")
-
-
-def key_string(length: int, mysql_length: int) -> Any:
-    """A VARCHAR in a composite key: shorter on MySQL, whose InnoDB index keys hold at
-    most 3072 bytes (a utf8mb4 character takes 4)."""
-    from sqlalchemy import String
-
-    return String(length).with_variant(String(mysql_length), "mysql", "mariadb")
+# -- what env.py runs the migrations with (their DDL's types: alembic/frozen_ddl.py) -----
 
 
 def is_mysql(bind: Any) -> bool:
     """Whether a connection (or dialect) is MySQL or MariaDB."""
     dialect = getattr(bind, "dialect", bind)
     return dialect.name in ("mysql", "mariadb")
-
-
-def table_options(bind: Any) -> dict[str, Any]:
-    """``create_table`` keywords: InnoDB in utf8mb4 with a binary no-pad collation on
-    MySQL/MariaDB (ids compare byte for byte, trailing spaces included); none elsewhere."""
-    if not is_mysql(bind):
-        return {}
-    mariadb = getattr(bind.dialect, "is_mariadb", False)
-    collation = "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
-    return {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": collation}
 
 
 def resumable(impl: Any) -> None:
