@@ -9,6 +9,7 @@ arguments as :class:`~tenxstore.repository.CheckpointRepository` has always made
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import partial
 from typing import Any, NamedTuple
 
 from sqlalchemy.engine import URL
@@ -19,6 +20,7 @@ from .backends.retry import RetryPolicy
 from .crypto import KeyRing
 from .errors import ConfigError
 from .models import tables_for
+from .readiness import migrate_on
 from .statements import Statements
 from .store import Settings, Store
 from .validate import (
@@ -92,7 +94,8 @@ def open_store(
     keys: KeyRing | None,
     retry: RetryPolicy | None,
 ) -> Opened:
-    """Check the constructor's arguments, open the backend of the URL and build the store.
+    """Check the constructor's arguments, open the backend of the URL and build the
+    store (whose schema the backend creates at first use when its database is new).
 
     Raises:
         ConfigError: An argument is invalid.
@@ -126,4 +129,8 @@ def open_store(
         raise ConfigError(f"schema= is a PostgreSQL option; {backend.dialect} has no schemas")
     tables = tables_for(settings.id_type, settings.user_id_type, schema)
     store = Store(backend, Statements(tables, backend), settings, schema)
+    # a database new with every checkpointer (in memory) is migrated at first use
+    backend.create_schema_on_first_use(
+        partial(migrate_on, store), template=(settings.id_type, settings.user_id_type)
+    )
     return Opened(store, pool_mode, lock_timeout)

@@ -3,11 +3,10 @@
 It is chosen by URL and holds what its parts share in a :class:`~tenxstore.store.Store`:
 the backend of its database mode (:mod:`tenxstore.backends`), the statements built
 once (:mod:`tenxstore.statements`) and its settings. The state and thread methods of
-the product's contract are declared here and done by the modules named for their
-work: :mod:`~tenxstore.opening` (construction), :mod:`~tenxstore.readiness` (setup and
-health), :mod:`~tenxstore.commits` (a state write), :mod:`~tenxstore.state_reads` and
-:mod:`~tenxstore.thread_records`. The tool ledger, whole-thread export/import and the
-LangGraph tables are collaborators it holds (``.ledger``, ``.exports``,
+the product's contract are declared here and done in :mod:`~tenxstore.opening`,
+:mod:`~tenxstore.readiness`, :mod:`~tenxstore.commits`, :mod:`~tenxstore.state_reads`
+and :mod:`~tenxstore.thread_records`; the tool ledger, whole-thread export/import and
+the LangGraph tables are collaborators it holds (``.ledger``, ``.exports``,
 ``.langgraph``) and whose methods it exposes.
 """
 
@@ -18,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import readiness, state_reads, thread_records
 from .backends import DEFAULT_LOCK_TIMEOUT_S, Backend, PoolMode
@@ -39,7 +38,6 @@ from .lifecycle import (
     ProgressHook,
 )
 from .opening import open_store
-from .readiness import migrate_on
 from .serde import encode_state
 from .stats import Stats, StoreStats
 from .telemetry import traced
@@ -126,9 +124,6 @@ class CheckpointRepository:
         )
         self._store = store = opened.store
         settings = store.settings
-        store.backend.create_schema_on_first_use(
-            self._migrate_on, template=(settings.id_type, settings.user_id_type)
-        )
         self.schema = store.schema
         self.pool_mode = opened.pool_mode
         self.lock_timeout = opened.lock_timeout
@@ -175,9 +170,6 @@ class CheckpointRepository:
     def dialect(self) -> str:
         """``"postgresql"`` or ``"sqlite"``."""
         return self._store.backend.dialect
-
-    async def _migrate_on(self, connection: AsyncConnection) -> None:
-        await migrate_on(self._store, connection)
 
     @traced()
     async def asetup(self) -> None:
