@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from . import telemetry
 from .boundary import callers_own
 from .config import RunIds, recorded_incarnation, recorded_version
-from .crypto import ARGS, ERROR, RESULT, life_of
+from .crypto import ARGS, ERROR, RESULT, Life, life_of
 from .errors import (
     ConfigError,
     SerializationError,
@@ -109,6 +109,22 @@ def _live(row: Any, clock: datetime) -> bool:
     return bool(row.status == "started" and lease is not None and lease > clock)
 
 
+def _check_life_read(
+    ids: RunIds, locked: Any, read_version: int | None, read_life: int | None
+) -> None:
+    """Raise StaleStateError unless the life the run read is still the thread's: a
+    thread that was there when the run read it (a version above 0) and is gone, or is
+    another life now, was deleted or replaced since."""
+    gone = locked is None and bool(read_version)
+    if gone or (read_life is not None and (locked is None or locked.incarnation != read_life)):
+        raise StaleStateError(
+            ids.thread_id,
+            read_version or 0,
+            "(none)" if locked is None else locked.version,
+            replaced=True,
+        )
+
+
 class ToolLedger:
     """Claims, leases, results and replays of tool calls, on a repository's store."""
 
@@ -163,57 +179,19 @@ class ToolLedger:
         tool_name = check_id("tool_name", tool_name)
         args_text = store.encode_object(args, "args")
         canonical = encode(args, "args", sort_keys=True)
-        x = store.tables.tool_executions
         async with store.write(ids.thread_id) as (conn, locked):
-            # The life the run read must still be the thread's: a thread that was
-            # there when the run read it (a version above 0) and is gone, or is
-            # another life now, was deleted or replaced since.
-            gone = locked is None and bool(read_version)
-            if gone or (
-                read_life is not None and (locked is None or locked.incarnation != read_life)
-            ):
-                raise StaleStateError(
-                    ids.thread_id,
-                    read_version or 0,
-                    "(none)" if locked is None else locked.version,
-                    replaced=True,
-                )
+            _check_life_read(ids, locked, read_version, read_life)
             thread = await store.claim_thread(conn, ids, locked, store.now())
             life, bound = thread.incarnation, life_of(thread)  # values sealed for its life
             clock = await store.backend.clock(conn)
             row = await self._call_row(conn, ids, call_id)
-            claim = {
-                "status": "started",
-                "result": None,
-                "error": None,
-                "lease_expires_at": clock + store.settings.tool_lease,
-                "started_at": clock,
-                "finished_at": None,
-            }
+            claim = self._claim(clock)
             if row is None:
-                await conn.execute(
-                    insert(x).values(
-                        thread_id=ids.thread_id,
-                        tool_call_id=call_id,
-                        tool_name=tool_name,
-                        args=store.seal(args_text, ids.thread_id, ARGS, bound),
-                        attempts=1,
-                        **claim,
-                    )
-                )
-                row = await self._call_row(conn, ids, call_id)
+                sealed_args = store.seal(args_text, ids.thread_id, ARGS, bound)
+                row = await self._first_claim(conn, ids, call_id, tool_name, sealed_args, claim)
                 telemetry.tool_outcome(log, "claimed", tool_name)
                 return tool_execution(ids.thread_id, row, store.keys, bound), (life, 1)
-            stored = encode(store.load(row.args, ids.thread_id, ARGS, bound), sort_keys=True)
-            if row.tool_name != tool_name or stored != canonical:
-                telemetry.tool_outcome(log, "mismatch", tool_name)
-                # Arguments are named by a digest, never shown: they are the user's
-                # data (sealed at rest when encryption is on), and this goes to logs.
-                raise ToolExecutionMismatch(
-                    f"tool call {call_id!r} of thread {ids.thread_id!r} was made as "
-                    f"{row.tool_name!r} with arguments {_digest(stored)}, not "
-                    f"{tool_name!r} with arguments {_digest(canonical)}"
-                )
+            self._check_same_call(row, ids, call_id, tool_name, canonical, bound)
             if row.status == "succeeded":
                 telemetry.tool_outcome(log, "replayed", tool_name)
                 return tool_execution(ids.thread_id, row, store.keys, bound), None
@@ -221,11 +199,69 @@ class ToolLedger:
                 telemetry.tool_outcome(log, "in_progress", tool_name)
                 raise ToolExecutionInProgress(ids.thread_id, call_id, utc(row.lease_expires_at))
             again = "taken_over" if row.status == "started" else "reclaimed"
-            here = (x.c.thread_id == ids.thread_id, x.c.tool_call_id == call_id)
-            stmt = update(x).where(*here).values(attempts=x.c.attempts + 1, **claim)
-            row = await self._store.backend.update_returning(conn, stmt, x, *here)
+            row = await self._claim_again(conn, ids, call_id, claim)
         telemetry.tool_outcome(log, again, tool_name)
         return tool_execution(ids.thread_id, row, store.keys, bound), (life, row.attempts)
+
+    def _claim(self, clock: datetime) -> dict[str, Any]:
+        """The columns of a new claim, its lease measured on the database's ``clock``."""
+        return {
+            "status": "started",
+            "result": None,
+            "error": None,
+            "lease_expires_at": clock + self._store.settings.tool_lease,
+            "started_at": clock,
+            "finished_at": None,
+        }
+
+    async def _first_claim(
+        self,
+        conn: AsyncConnection,
+        ids: RunIds,
+        call_id: str,
+        tool_name: str,
+        sealed_args: str,
+        claim: dict[str, Any],
+    ) -> Row[Any] | None:
+        """The call's row inserted as its first claim, and read back."""
+        x = self._store.tables.tool_executions
+        await conn.execute(
+            insert(x).values(
+                thread_id=ids.thread_id,
+                tool_call_id=call_id,
+                tool_name=tool_name,
+                args=sealed_args,
+                attempts=1,
+                **claim,
+            )
+        )
+        return await self._call_row(conn, ids, call_id)
+
+    async def _claim_again(
+        self, conn: AsyncConnection, ids: RunIds, call_id: str, claim: dict[str, Any]
+    ) -> Row[Any]:
+        """The call's row claimed once more (``attempts`` + 1)."""
+        x = self._store.tables.tool_executions
+        here = (x.c.thread_id == ids.thread_id, x.c.tool_call_id == call_id)
+        stmt = update(x).where(*here).values(attempts=x.c.attempts + 1, **claim)
+        return await self._store.backend.update_returning(conn, stmt, x, *here)
+
+    def _check_same_call(
+        self, row: Row[Any], ids: RunIds, call_id: str, tool_name: str, canonical: str, bound: Life
+    ) -> None:
+        """Raise ToolExecutionMismatch when the call was made as another tool or
+        with other arguments."""
+        store = self._store
+        stored = encode(store.load(row.args, ids.thread_id, ARGS, bound), sort_keys=True)
+        if row.tool_name != tool_name or stored != canonical:
+            telemetry.tool_outcome(log, "mismatch", tool_name)
+            # Arguments are named by a digest, never shown: they are the user's
+            # data (sealed at rest when encryption is on), and this goes to logs.
+            raise ToolExecutionMismatch(
+                f"tool call {call_id!r} of thread {ids.thread_id!r} was made as "
+                f"{row.tool_name!r} with arguments {_digest(stored)}, not "
+                f"{tool_name!r} with arguments {_digest(canonical)}"
+            )
 
     def _key(self, ids: RunIds, call_id: str) -> _ClaimKey:
         return (id(self._store), ids.thread_id, call_id)
@@ -410,6 +446,19 @@ class ToolLedger:
         if cancelled:  # cancelled while claiming: give the claim back at once
             await self._record(ids, call_id, "failed", None, "cancelled before it ran", attempt)
             raise asyncio.CancelledError
+        outcome = await self._run_body(ids, call_id, fn, args, attempt)
+        return await self._record_result(ids, call_id, outcome, attempt)
+
+    async def _run_body(
+        self,
+        ids: RunIds,
+        call_id: str,
+        fn: Callable[..., Any],
+        args: dict[str, Any],
+        attempt: Claim,
+    ) -> Any:
+        """``fn(**args)``, awaited when it gives an awaitable; a failure or a
+        cancellation is recorded (the claim given back) and raised again."""
         try:
             outcome = fn(**args)
             if inspect.isawaitable(outcome):
@@ -423,6 +472,10 @@ class ToolLedger:
             if await self._record(ids, call_id, "failed", None, why, attempt):
                 raise asyncio.CancelledError from exc
             raise
+        return outcome
+
+    async def _record_result(self, ids: RunIds, call_id: str, outcome: Any, attempt: Claim) -> Any:
+        """Record the body's result as the call's success; the result as stored."""
         # The body has run: from here its outcome is recorded even if we are cancelled.
         # A result the store refuses — not JSON, or too large for the server (MySQL's
         # max_allowed_packet, SQLite's length limit) — is recorded as a success without

@@ -30,6 +30,38 @@ class _OptionalCache(CachedCheckpointer):
         return False
 
 
+def _pg_target(
+    postgres_dsn: str | None,
+    pg_pool: Any,
+    pool_config: dict[str, Any] | None,
+    redis_sides: tuple[Any, Any, Any],
+) -> Any:
+    """What PgCheckpointer's repository opens (the DSN, or an engine on the pool),
+    once its PostgreSQL side and the presence of a Redis side are checked."""
+    if (postgres_dsn is None) == (pg_pool is None):
+        raise ConfigError("PgCheckpointer needs exactly one of postgres_dsn= or pg_pool=")
+    if redis_sides == (None, None, None):
+        raise ConfigError("PgCheckpointer needs one of redis_url=, redis= or redis_pool=")
+    if pg_pool is not None and pool_config:
+        raise ConfigError("pool_config applies only to a pool created from postgres_dsn")
+    target: Any = postgres_dsn
+    if postgres_dsn is not None:
+        if not isinstance(postgres_dsn, str):
+            raise ConfigError(f"postgres_dsn must be a str, not {type(postgres_dsn).__name__}")
+        try:
+            backend = make_url(postgres_dsn).get_backend_name()
+        except (ArgumentError, ValueError):  # ValueError: a port that is not a number
+            raise ConfigError(f"not a database URL: {masked_url(postgres_dsn)!r}") from None
+        if backend not in ("postgresql", "postgres"):
+            raise ConfigError(
+                "postgres_dsn must be a PostgreSQL URL (postgresql://user@host/db); "
+                "for SQLite use SqliteCheckpointer(path)"
+            )
+    if pg_pool is not None:
+        target = pg_pool if isinstance(pg_pool, AsyncEngine) else engine_from_asyncpg_pool(pg_pool)
+    return target
+
+
 class PgCheckpointer(CachedCheckpointer):
     """PostgreSQL for durable history, Redis as the hot cache: the production setup.
 
@@ -85,29 +117,7 @@ class PgCheckpointer(CachedCheckpointer):
         keys: KeyRing | None = None,
         redis_timeout: float = 0.25,
     ) -> None:
-        if (postgres_dsn is None) == (pg_pool is None):
-            raise ConfigError("PgCheckpointer needs exactly one of postgres_dsn= or pg_pool=")
-        if (redis_url, redis, redis_pool) == (None, None, None):
-            raise ConfigError("PgCheckpointer needs one of redis_url=, redis= or redis_pool=")
-        if pg_pool is not None and pool_config:
-            raise ConfigError("pool_config applies only to a pool created from postgres_dsn")
-        target: Any = postgres_dsn
-        if postgres_dsn is not None:
-            if not isinstance(postgres_dsn, str):
-                raise ConfigError(f"postgres_dsn must be a str, not {type(postgres_dsn).__name__}")
-            try:
-                backend = make_url(postgres_dsn).get_backend_name()
-            except (ArgumentError, ValueError):  # ValueError: a port that is not a number
-                raise ConfigError(f"not a database URL: {masked_url(postgres_dsn)!r}") from None
-            if backend not in ("postgresql", "postgres"):
-                raise ConfigError(
-                    "postgres_dsn must be a PostgreSQL URL (postgresql://user@host/db); "
-                    "for SQLite use SqliteCheckpointer(path)"
-                )
-        if pg_pool is not None:
-            target = (
-                pg_pool if isinstance(pg_pool, AsyncEngine) else engine_from_asyncpg_pool(pg_pool)
-            )
+        target = _pg_target(postgres_dsn, pg_pool, pool_config, (redis_url, redis, redis_pool))
         repository = CheckpointRepository(
             target,
             schema=schema,

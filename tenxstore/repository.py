@@ -3,32 +3,28 @@
 It is chosen by URL and holds what its parts share in a :class:`~tenxstore.store.Store`:
 the backend of its database mode (:mod:`tenxstore.backends`), the statements built
 once (:mod:`tenxstore.statements`) and its settings. The state and thread methods of
-the product's contract live here; the tool ledger, whole-thread export/import and
+the product's contract are declared here and done in :mod:`~tenxstore.opening`,
+:mod:`~tenxstore.readiness`, :mod:`~tenxstore.commits`, :mod:`~tenxstore.state_reads`
+and :mod:`~tenxstore.thread_records`; the tool ledger, whole-thread export/import and
 the LangGraph tables are collaborators it holds (``.ledger``, ``.exports``,
 ``.langgraph``) and whose methods it exposes.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from datetime import timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select, update
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from . import migrate
-from .backends import DEFAULT_LOCK_TIMEOUT_S, POOL_MODES, Backend, PoolMode, open_backend
-from .backends.records import HeadWrite
+from . import readiness, state_reads, thread_records
+from .backends import DEFAULT_LOCK_TIMEOUT_S, Backend, PoolMode
 from .backends.retry import RetryPolicy
 from .boundary import guard, guard_iter
-from .config import record_read, recorded_incarnation, recorded_version
-from .crypto import MESSAGE, META, METADATA, NAME, STATE, KeyRing, Life, life_of
-from .errors import ConfigError, SerializationError, StaleStateError, TenxStoreError
+from .commits import commit
+from .crypto import KeyRing
 from .exports import ThreadExports
 from .langgraph.tables import LangGraphTables
 from .langgraph.values import AllowedTypes
@@ -41,11 +37,9 @@ from .lifecycle import (
     Lifecycle,
     ProgressHook,
 )
-from .models import tables_for
-from .serde import encode, encode_state
-from .statements import Statements, snapshot_of, thread_info
+from .opening import open_store
+from .serde import encode_state
 from .stats import Stats, StoreStats
-from .store import Settings, Store, keyless_refusal
 from .telemetry import traced
 from .types import (
     Commit,
@@ -58,18 +52,7 @@ from .types import (
     ThreadInfo,
     ToolExecution,
 )
-from .validate import (
-    IdType,
-    check_bool,
-    check_choice,
-    check_count,
-    check_id,
-    check_id_type,
-    check_limit,
-    check_positive_number,
-    check_schema_name,
-    is_int,
-)
+from .validate import IdType, check_count
 
 __all__ = ["CheckpointRepository"]
 
@@ -125,54 +108,29 @@ class CheckpointRepository:
         keys: KeyRing | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
-        pool_mode = check_choice("pool_mode", pool_mode, POOL_MODES)
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise ConfigError(f"retry must be a tenxstore.RetryPolicy, not {type(retry).__name__}")
-        if keys is None:
-            keys = KeyRing.from_env()
-        elif not isinstance(keys, KeyRing):
-            raise ConfigError(f"keys must be a tenxstore.KeyRing, not {type(keys).__name__}")
-        if lock_timeout is not None:
-            lock_timeout = check_positive_number("lock_timeout", lock_timeout)
-        if not is_int(state_history_limit):
-            raise ConfigError(f"state_history_limit must be an int, not {state_history_limit!r}")
-        if state_history_limit < 1:
-            raise ConfigError(f"state_history_limit must be at least 1, not {state_history_limit}")
-        settings = Settings(
-            enforce_user_isolation=check_bool("enforce_user_isolation", enforce_user_isolation),
-            id_type=check_id_type("id_type", id_type),
-            user_id_type=check_id_type("user_id_type", user_id_type),
-            state_history_limit=state_history_limit,
-            tool_lease=timedelta(
-                seconds=check_positive_number("tool_lease_seconds", tool_lease_seconds)
-            ),
-            keys=keys,
-        )
-        schema = check_schema_name(schema)
-        if engine_options is not None and not isinstance(engine_options, dict):
-            raise ConfigError("engine_options must be a dict")
-        backend = open_backend(
+        opened = open_store(
             url_or_engine,
+            schema=schema,
+            state_history_limit=state_history_limit,
+            enforce_user_isolation=enforce_user_isolation,
+            id_type=id_type,
+            user_id_type=user_id_type,
             engine_options=engine_options,
+            tool_lease_seconds=tool_lease_seconds,
             lock_timeout=lock_timeout,
             pool_mode=pool_mode,
+            keys=keys,
+            retry=retry,
         )
-        if retry is not None:
-            backend.retry = retry
-        if schema is not None and not backend.supports_schema:
-            raise ConfigError(f"schema= is a PostgreSQL option; {backend.dialect} has no schemas")
-        tables = tables_for(settings.id_type, settings.user_id_type, schema)
-        self._store = store = Store(backend, Statements(tables, backend), settings, schema)
-        backend.create_schema_on_first_use(
-            self._migrate_on, template=(settings.id_type, settings.user_id_type)
-        )
-        self.schema = schema
-        self.pool_mode = pool_mode
-        self.lock_timeout = lock_timeout
+        self._store = store = opened.store
+        settings = store.settings
+        self.schema = store.schema
+        self.pool_mode = opened.pool_mode
+        self.lock_timeout = opened.lock_timeout
         self.state_history_limit = state_history_limit
         self.enforce_user_isolation = settings.enforce_user_isolation
         self.tool_lease_seconds = settings.tool_lease.total_seconds()
-        self.keys = keys
+        self.keys = store.keys
         """The key ring payloads are sealed with, or None (stored in clear)."""
         self.ledger = ToolLedger(store)
         """The tool ledger (:class:`~tenxstore.ledger.ToolLedger`)."""
@@ -213,12 +171,6 @@ class CheckpointRepository:
         """``"postgresql"`` or ``"sqlite"``."""
         return self._store.backend.dialect
 
-    async def _migrate_on(self, connection: AsyncConnection) -> None:
-        store_id = await migrate.upgrade_connection(
-            connection, schema=self.schema, id_type=self.id_type, user_id_type=self.user_id_type
-        )
-        self._store.ready(store_id)
-
     @traced()
     async def asetup(self) -> None:
         """Migrate the schema to head (creating the PostgreSQL schema when absent).
@@ -229,13 +181,7 @@ class CheckpointRepository:
             ConfigError: The schema was created with other ``id_type`` /
                 ``user_id_type`` values.
         """
-        store_id = await migrate.upgrade(
-            self._store.backend,
-            schema=self.schema,
-            id_type=self.id_type,
-            user_id_type=self.user_id_type,
-        )
-        self._store.ready(store_id)
+        await readiness.setup(self._store)
 
     @traced()
     async def astore_id(self) -> str:
@@ -264,73 +210,13 @@ class CheckpointRepository:
             ConfigError: The engine borrows from an asyncpg pool, which belongs to
                 its own event loop: call ``await asetup()`` there instead.
         """
-        backend = self._store.backend
-        private = backend.setup_engine()
-
-        async def run() -> None:
-            if private is None:  # the database is the backend's one connection
-                await self.asetup()
-                return
-            try:
-                try:
-                    connection = await private.connect().start()
-                except (DBAPIError, OSError, asyncio.TimeoutError) as exc:
-                    raise backend.opening_failed(exc) from exc
-                try:
-                    await backend.begin_write(connection)
-                    await self._migrate_on(connection)
-                finally:
-                    await connection.close()
-            finally:
-                await private.dispose()
-
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            asyncio.run(run())
-            return
-        # Called from async code: run on a private loop in a worker thread.
-        outcome: list[BaseException] = []
-
-        def worker() -> None:
-            try:
-                asyncio.run(run())
-            except BaseException as exc:  # re-raised in the caller's thread
-                outcome.append(exc)
-
-        thread = threading.Thread(target=worker, name="tenxstore-setup")
-        thread.start()
-        thread.join()
-        if outcome:
-            raise outcome[0]
+        readiness.setup_blocking(self._store, self.asetup)
 
     @traced()
     async def acheck(self) -> Health:
         """Check the database: reachable, and its schema at the revision this release
         needs. Never raises for what it finds; see :class:`Health`."""
-        store = self._store
-        head = migrate.head_revision()
-        sealed = None
-        try:
-            async with store.backend.connect() as conn:
-                revision, _ = await migrate.read_schema(conn, self.schema)
-                if revision == head:  # the marker's column is there
-                    found = await conn.execute(select(store.tables.store.c.sealed_since))
-                    sealed = found.scalar()
-        except TenxStoreError as exc:
-            return Health(store.where(), str(exc), None, head)
-        except DBAPIError as exc:
-            return Health(store.where(), f"{type(exc.orig).__name__}: {exc.orig}", None, head)
-        since = None if sealed is None else sealed.replace(tzinfo=sealed.tzinfo or timezone.utc)
-        refused = keyless_refusal(store.where(), since) if self.keys is None else None
-        return Health(
-            store.where(),
-            None,
-            revision,
-            head,
-            sealed_since=since,
-            encryption_error=None if refused is None else str(refused),
-        )
+        return await readiness.health(self._store, self.keys)
 
     @guard
     async def aclose(self) -> None:
@@ -393,86 +279,7 @@ class CheckpointRepository:
     ) -> Commit:
         """:meth:`aput_checkpoint`, returning what it did: the thread's owner and
         incarnation beside the new version (what a cache decorator needs)."""
-        store = self._store
-        ids = store.ids(config)
-        expected = recorded_version(config)
-        expected_life = recorded_incarnation(config)
-        payload = encode_state(state)
-        meta_text = None if meta is None else store.encode_object(meta, "meta")
-        message_rows = store.encode_messages(messages)
-        # Sealed values name the thread's life (incarnation and owner). Before any I/O
-        # that is known only as the life the run recorded, owned by the caller: sealed
-        # for it, the write may commit in one step only in that life (the step's
-        # compare-and-swap checks both). Otherwise they are sealed under the lock, for
-        # the row found or created there: never for a life they are not stored in.
-        presumed = None if expected_life is None else Life(expected_life, ids.user_id)
-        sealed = (payload, meta_text, message_rows)  # as stored; the cache gets the plaintext
-        if store.keys is not None and presumed is not None:
-            sealed = self._seal_write(ids.thread_id, payload, meta_text, message_rows, presumed)
-        now = store.now()
-        if store.keys is None or presumed is not None:
-            head = await store.commit_head(
-                HeadWrite(
-                    ids.thread_id,
-                    ids.user_id if store.keys is not None or ids.isolated else None,
-                    store.keys is not None or ids.isolated,
-                    expected,
-                    expected_life,
-                    sealed[0],
-                    sealed[1],
-                    now,
-                    sealed[2],
-                    self.state_history_limit,
-                )
-            )
-            if head is not None:  # the common case, in one step
-                record_read(config, head.version, head.incarnation)
-                return Commit(ids.thread_id, head.user_id, head.incarnation, head.version, payload)
-        # The thread is absent, another user's, or not at the version the run read (or
-        # this mode has no one-step write): lock it, create it or raise the precise error.
-        async with store.write(ids.thread_id) as (conn, locked):
-            row = await store.claim_thread(conn, ids, locked, now)
-            version, life = row.version, row.incarnation
-            replaced = expected_life is not None and expected_life != life
-            if expected is not None and (expected != version or replaced):
-                raise StaleStateError(ids.thread_id, expected, version, replaced)
-            if store.keys is not None and life_of(row) != presumed:
-                bound = life_of(row)  # the life found, or made, under the lock
-                sealed = self._seal_write(ids.thread_id, payload, meta_text, message_rows, bound)
-            version += 1
-            upto = version - self.state_history_limit
-            await store.backend.write_state(
-                conn,
-                store.sql,
-                {
-                    "b_thread": ids.thread_id,
-                    "b_version": version,
-                    "b_state": sealed[0],
-                    "b_meta": sealed[1],
-                    "b_now": now,
-                    "b_upto": upto,
-                    "messages": sealed[2],
-                },
-                prune=upto > 0,
-            )
-        record_read(config, version, life)
-        return Commit(ids.thread_id, row.user_id, life, version, payload)
-
-    def _seal_write(
-        self,
-        thread_id: Any,
-        state: str,
-        meta: str | None,
-        messages: list[dict[str, Any]],
-        life: Life,
-    ) -> tuple[str, str | None, list[dict[str, Any]]]:
-        """A state write's state, meta and message rows sealed for the thread's ``life``."""
-        store = self._store
-        return (
-            store.seal(state, thread_id, STATE, life),
-            None if meta is None else store.seal(meta, thread_id, META, life),
-            store.seal_messages(messages, thread_id, life),
-        )
+        return await commit(self._store, config, state, messages, meta, self.state_history_limit)
 
     @traced(write=True)
     async def aput_state(
@@ -484,17 +291,7 @@ class CheckpointRepository:
     @traced()
     async def aget_state(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The latest durable state, or None; records its version (0 when none) in config."""
-        ids = self._store.ids(config)
-        head = await self._store.read_head(ids)
-        if head is None:
-            record_read(config, 0, None)
-            return None
-        record_read(config, head.version, head.incarnation)
-        if head.state is None:
-            return None
-        life = Life(head.incarnation, head.user_id)
-        state: dict[str, Any] = self._store.load(head.state, ids.thread_id, STATE, life)
-        return state
+        return await state_reads.read_state(self._store, config)
 
     @traced()
     async def aget_state_cache(self, config: dict[str, Any]) -> dict[str, Any] | None:
@@ -516,21 +313,7 @@ class CheckpointRepository:
         self, config: dict[str, Any], limit: int | None = None
     ) -> list[StateSnapshot]:
         """The retained state versions, newest first."""
-        store = self._store
-        ids = store.ids(config)
-        limit = check_limit(limit)
-        s, t = store.tables.states, store.tables.threads
-        stmt = (  # the thread's life joined in: what its values are sealed for
-            select(s.c.version, s.c.state_data, s.c.meta, s.c.created_at, *store.life_columns)
-            .join(t, t.c.thread_id == s.c.thread_id)
-            .where(s.c.thread_id == ids.thread_id, store.owned(ids))
-            .order_by(s.c.version.desc())
-            .limit(limit)
-        )
-        return [
-            snapshot_of(row, ids.thread_id, store.keys, life_of(row))
-            for row in await store.read(stmt)
-        ]
+        return await state_reads.list_states(self._store, config, limit)
 
     @traced()
     async def aget_messages(
@@ -543,29 +326,7 @@ class CheckpointRepository:
             limit: Keep the first ``limit`` messages of the range.
             after_id: Start after the message with this id (an unknown id gives ``[]``).
         """
-        store = self._store
-        ids = store.ids(config)
-        limit = check_limit(limit)
-        m, t = store.tables.messages, store.tables.threads
-        stmt = (  # the thread's life joined in: what its values are sealed for
-            select(m.c.payload, *store.life_columns)
-            .join(t, t.c.thread_id == m.c.thread_id)
-            .where(m.c.thread_id == ids.thread_id, store.owned(ids))
-        )
-        if after_id is not None:
-            after = (
-                select(m.c.seq)
-                .where(
-                    m.c.thread_id == ids.thread_id, m.c.message_id == check_id("after_id", after_id)
-                )
-                .scalar_subquery()
-            )
-            stmt = stmt.where(m.c.seq > after)
-        stmt = stmt.order_by(m.c.seq).limit(limit)
-        return [
-            store.load(row.payload, ids.thread_id, MESSAGE, life_of(row))
-            for row in await store.read(stmt)
-        ]
+        return await state_reads.read_messages(self._store, config, limit, after_id)
 
     # -- threads ---------------------------------------------------------------------
 
@@ -580,33 +341,12 @@ class CheckpointRepository:
 
         Never changes the state version.
         """
-        store = self._store
-        ids = store.ids(config)
-        plain: dict[str, tuple[str, str]] = {}
-        if name is not None:
-            if not isinstance(name, str):
-                raise SerializationError(f"name must be a str, not {type(name).__name__}")
-            plain["name"] = (encode(name, "name"), NAME)
-        if metadata is not None:
-            plain["metadata"] = (store.encode_object(metadata, "metadata"), METADATA)
-        now = store.now()
-        t = store.tables.threads
-        async with store.write(ids.thread_id) as (conn, locked):
-            life = life_of(await store.claim_thread(conn, ids, locked, now))
-            # sealed for the life the lock found (or created): a name is the thread's
-            values = {k: store.seal(v, ids.thread_id, c, life) for k, (v, c) in plain.items()}
-            here = t.c.thread_id == ids.thread_id
-            stmt = update(t).where(here).values(updated_at=now, **values)
-            row = await store.backend.update_returning(conn, stmt, t, here)
-        return thread_info(row, store.keys)
+        return await thread_records.put_thread(self._store, config, name, metadata)
 
     @traced()
     async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
         """The thread record, or None (also when another user owns it)."""
-        store = self._store
-        ids = store.ids(config)
-        rows = await store.read(select(*store.tables.threads.c).where(store.owned(ids)))
-        return thread_info(rows[0], store.keys) if rows else None
+        return await thread_records.get_thread(self._store, config)
 
     @traced()
     async def alist_threads(
@@ -615,18 +355,7 @@ class CheckpointRepository:
         """The caller's threads, most recently updated first (all when isolation is off).
 
         ``limit=None`` lists them all."""
-        store = self._store
-        ids = store.ids(config, need_thread=False)
-        limit = check_limit(limit)
-        offset = check_count("offset", offset)
-        t = store.tables.threads
-        stmt = select(*t.c)
-        if ids.isolated:
-            stmt = stmt.where(t.c.user_id == ids.user_id)
-        stmt = (
-            stmt.order_by(t.c.updated_at.desc(), t.c.thread_id.desc()).limit(limit).offset(offset)
-        )
-        return [thread_info(row, store.keys) for row in await store.read(stmt)]
+        return await thread_records.list_threads(self._store, config, limit, offset)
 
     @traced(write=True)
     async def aclean_thread(self, config: dict[str, Any]) -> bool:
@@ -644,14 +373,7 @@ class CheckpointRepository:
     @traced(write=True)
     async def adelete(self, config: dict[str, Any]) -> Commit | None:
         """:meth:`aclean_thread`, returning what was deleted (None: no such thread)."""
-        store = self._store
-        ids = store.ids(config)
-        async with store.write(ids.thread_id, deletes_only=True) as (conn, locked):
-            if locked is None:
-                return None
-            store.check_owner(ids, locked)
-            await store.delete_thread(conn, ids.thread_id)
-        return Commit(ids.thread_id, locked.user_id, locked.incarnation, locked.version)
+        return await thread_records.delete_thread(self._store, config)
 
     # -- the tool ledger (see ToolLedger) -----------------------------------------------
 

@@ -321,29 +321,44 @@ async def _rotate_table(
             )
             for row in rows
         ]
-        # a short transaction per batch: its threads' (or memories') row locks, in id
-        # order as every writer takes them, then a compare-and-swap per row
-        async with _locked(store, name, rows) as (conn, locked):
-            for row, change in zip(rows, changes, strict=True):
-                if not change:
-                    continue
-                now = None if memory else locked.get(row.thread_id)
-                if not memory and (now is None or life_of(now) != life_of(row)):
-                    # the thread was deleted, created again or given to another owner
-                    # since the batch was read: its values are another life's now
-                    lost += 1
-                    continue
-                where = [table.c[c] == getattr(row, c) for c in pk]
-                # compare-and-swap: only the value read is replaced
-                where += [table.c[c] == getattr(row, c) for c in change]
-                result = await conn.execute(update(table).where(*where).values(**change))
-                if result.rowcount == 1:
-                    done += 1
-                else:
-                    lost += 1
+        written, raced = await _write_batch(store, name, rows, changes)
+        done += written
+        lost += raced
         await _call(progress, name, rotated[name] + done)
         if len(rows) < batch_size:
             return done, lost
+
+
+async def _write_batch(
+    store: Any, name: str, rows: Any, changes: list[dict[str, Any]]
+) -> tuple[int, int]:
+    """A batch of ``name``'s rows written back sealed again (``changes``, one per row);
+    (rows written, rows raced)."""
+    table = getattr(store.tables, name)
+    pk = _TABLES[name][0]
+    memory = name in _MEMORY_ID
+    done = lost = 0
+    # a short transaction per batch: its threads' (or memories') row locks, in id
+    # order as every writer takes them, then a compare-and-swap per row
+    async with _locked(store, name, rows) as (conn, locked):
+        for row, change in zip(rows, changes, strict=True):
+            if not change:
+                continue
+            now = None if memory else locked.get(row.thread_id)
+            if not memory and (now is None or life_of(now) != life_of(row)):
+                # the thread was deleted, created again or given to another owner
+                # since the batch was read: its values are another life's now
+                lost += 1
+                continue
+            where = [table.c[c] == getattr(row, c) for c in pk]
+            # compare-and-swap: only the value read is replaced
+            where += [table.c[c] == getattr(row, c) for c in change]
+            result = await conn.execute(update(table).where(*where).values(**change))
+            if result.rowcount == 1:
+                done += 1
+            else:
+                lost += 1
+    return done, lost
 
 
 @asynccontextmanager

@@ -15,9 +15,11 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from ..crypto import KeyRing
 from ..keyusage import aclear_sealed, amark_sealed
 from ..lifecycle import DEFAULT_BATCH_SIZE, DeleteResult, parse_duration
-from ..rotation import DEFAULT_ROTATION_BATCH, arotate_keys
+from ..repository import CheckpointRepository
+from ..rotation import DEFAULT_ROTATION_BATCH, RotationResult, arotate_keys
 from ..stats import StoreStats
 from .common import (
     DEFAULT_URL,
@@ -269,35 +271,45 @@ async def rotate_keys(
                 "new key's id) as every instance of the application has them"
             )
         sealing = keys.current
-        done: dict[str, int] = {}
-        with _bar(f"sealing under key {sealing}") as bar:
-            # The total is the rows sealed so far plus the last count of those left;
-            # unknown (the bar pulses, "?") before the first count, and again when rows
-            # written after a count (an instance still sealing under another key) take
-            # the rows sealed past it, until the next count.
-            task = bar.add_task("rotate", total=None)
-            total: list[int | None] = [None]
+        result = await _rotate_with_bar(repo, sealing, batch_size)
+    _print_rotation(result, keys, sealing)
 
-            def show() -> None:
-                sealed = sum(done.values())
-                if total[0] is not None and sealed > total[0]:
-                    total[0] = None
-                for shown in bar.tasks:  # update() cannot unset a total: None is "unchanged"
-                    if shown.id == task:
-                        shown.total = total[0]
-                bar.update(task, completed=sealed)
 
-            def advance(table: str, so_far: int) -> None:
-                done[table] = so_far
-                show()
+async def _rotate_with_bar(
+    repo: CheckpointRepository, sealing: str, batch_size: int
+) -> RotationResult:
+    """:func:`arotate_keys`, its progress shown on a bar."""
+    done: dict[str, int] = {}
+    with _bar(f"sealing under key {sealing}") as bar:
+        # The total is the rows sealed so far plus the last count of those left;
+        # unknown (the bar pulses, "?") before the first count, and again when rows
+        # written after a count (an instance still sealing under another key) take
+        # the rows sealed past it, until the next count.
+        task = bar.add_task("rotate", total=None)
+        total: list[int | None] = [None]
 
-            def recount(left: int) -> None:
-                total[0] = sum(done.values()) + left
-                show()
+        def show() -> None:
+            sealed = sum(done.values())
+            if total[0] is not None and sealed > total[0]:
+                total[0] = None
+            for shown in bar.tasks:  # update() cannot unset a total: None is "unchanged"
+                if shown.id == task:
+                    shown.total = total[0]
+            bar.update(task, completed=sealed)
 
-            result = await arotate_keys(
-                repo, batch_size=batch_size, progress=advance, counted=recount
-            )
+        def advance(table: str, so_far: int) -> None:
+            done[table] = so_far
+            show()
+
+        def recount(left: int) -> None:
+            total[0] = sum(done.values()) + left
+            show()
+
+        return await arotate_keys(repo, batch_size=batch_size, progress=advance, counted=recount)
+
+
+def _print_rotation(result: RotationResult, keys: KeyRing, sealing: str) -> None:
+    """Print what a rotation did; exit 1 when rows are still not under ``sealing``."""
     table = Table("table", "rows sealed again", title=f"rotated to key {result.key_id}")
     for name, count in result.rotated.items():
         table.add_row(name, str(count))

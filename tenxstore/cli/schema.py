@@ -3,12 +3,14 @@ store's health."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 import typer
 from rich.text import Text
 
 from .. import migrate
+from ..crypto import KeyRing
 from ..keyusage import MAX_NAMED, KeyUsage, akey_usage
 from ..repository import CheckpointRepository
 from .common import (
@@ -126,45 +128,7 @@ def _encryption(repo: CheckpointRepository, usage: KeyUsage) -> list[str]:
             f"keys      none (TENXSTORE_KEYS unset); {usage.plaintext:,} value(s) in clear{sealed}"
         )
     else:
-        under = ", ".join(f"{n:,} under {key}" for key, n in usage.by_key.items())
-        strict = ", sealed values required" if keys.require_sealed else ""
-        more = f", {elsewhere}" if elsewhere else ""
-        out.print(
-            f"keys      {', '.join(keys.key_ids)} (sealing under {keys.current}{strict}); "
-            f"values: {under}, {usage.plaintext:,} in clear{more}"
-        )
-        others = [k for k in keys.key_ids if k != keys.current]
-        behind = sum(n for k, n in usage.by_key.items() if k != keys.current)
-        if behind:
-            out.print(
-                f"          {behind:,} value(s) under {', '.join(others)}, not under "
-                f"{keys.current}: keep those keys in TENXSTORE_KEYS; `tenxstore rotate-keys` "
-                "seals the values again"
-            )
-        elif others and not usage.unreadable:
-            # the count rotate-keys ends with, said the same way
-            out.print(
-                f"          no value is under {', '.join(others)}: once no instance seals "
-                "under them, they can be removed from TENXSTORE_KEYS"
-            )
-        if usage.plaintext and not keys.require_sealed:
-            out.print(
-                f"          {usage.plaintext:,} value(s) in clear: `tenxstore rotate-keys` "
-                "seals them"
-            )
-        if keys.envelope != "tx2":  # an upgrade under way (TENXSTORE_ENVELOPE=tx1)
-            out.print(
-                f"          sealing in the {keys.envelope} envelope (TENXSTORE_ENVELOPE): what "
-                "is written now is not bound to its thread's life; unset it once every "
-                "instance runs this release, then `tenxstore rotate-keys`"
-            )
-        if usage.previous_format:
-            # not a problem (they open as before), but not bound to the thread's life
-            out.print(
-                f"          {usage.previous_format:,} value(s) sealed in the previous envelope "
-                "(tx1: not bound to the thread's life, so a copy of one opens in a later "
-                "life of its thread): `tenxstore rotate-keys` seals them again as tx2"
-            )
+        _print_ring(keys, usage, elsewhere)
     if clear:
         out.print(f"          in clear by table: {clear}")
     marked = usage.sealed_since
@@ -172,6 +136,56 @@ def _encryption(repo: CheckpointRepository, usage: KeyUsage) -> list[str]:
         out.print(f"sealed    since {when(marked)}: writes without TENXSTORE_KEYS are refused")
     elif keys is not None:
         out.print("sealed    not marked yet: the first write with a key ring marks the store")
+    return _encryption_problems(keys, usage, clear, marked)
+
+
+def _print_ring(keys: KeyRing, usage: KeyUsage, elsewhere: str) -> None:
+    """Print the key ring, what the values are sealed under, and what to do next."""
+    under = ", ".join(f"{n:,} under {key}" for key, n in usage.by_key.items())
+    strict = ", sealed values required" if keys.require_sealed else ""
+    more = f", {elsewhere}" if elsewhere else ""
+    out.print(
+        f"keys      {', '.join(keys.key_ids)} (sealing under {keys.current}{strict}); "
+        f"values: {under}, {usage.plaintext:,} in clear{more}"
+    )
+    others = [k for k in keys.key_ids if k != keys.current]
+    behind = sum(n for k, n in usage.by_key.items() if k != keys.current)
+    if behind:
+        out.print(
+            f"          {behind:,} value(s) under {', '.join(others)}, not under "
+            f"{keys.current}: keep those keys in TENXSTORE_KEYS; `tenxstore rotate-keys` "
+            "seals the values again"
+        )
+    elif others and not usage.unreadable:
+        # the count rotate-keys ends with, said the same way
+        out.print(
+            f"          no value is under {', '.join(others)}: once no instance seals "
+            "under them, they can be removed from TENXSTORE_KEYS"
+        )
+    if usage.plaintext and not keys.require_sealed:
+        out.print(
+            f"          {usage.plaintext:,} value(s) in clear: `tenxstore rotate-keys` seals them"
+        )
+    if keys.envelope != "tx2":  # an upgrade under way (TENXSTORE_ENVELOPE=tx1)
+        out.print(
+            f"          sealing in the {keys.envelope} envelope (TENXSTORE_ENVELOPE): what "
+            "is written now is not bound to its thread's life; unset it once every "
+            "instance runs this release, then `tenxstore rotate-keys`"
+        )
+    if usage.previous_format:
+        # not a problem (they open as before), but not bound to the thread's life
+        out.print(
+            f"          {usage.previous_format:,} value(s) sealed in the previous envelope "
+            "(tx1: not bound to the thread's life, so a copy of one opens in a later "
+            "life of its thread): `tenxstore rotate-keys` seals them again as tx2"
+        )
+
+
+def _encryption_problems(
+    keys: KeyRing | None, usage: KeyUsage, clear: str, marked: datetime | None
+) -> list[str]:
+    """The problems of what the values are sealed under (``clear``: the plaintext by
+    table, in words; ``marked``: when the store was marked as holding sealed values)."""
     problems = []
     late = usage.plaintext_since_sealed
     if late:

@@ -11,6 +11,7 @@ from rich.table import Column, Table
 from .. import views
 from ..repository import CheckpointRepository
 from ..serde import encode
+from ..types import StateSnapshot
 from .common import (
     DEFAULT_URL,
     Schema,
@@ -60,9 +61,12 @@ async def threads(
 _NEEDS_LANGGRAPH = "pip install 'tenxstore[langgraph]' to read them"
 
 
+_Graph = list[tuple[views.CheckpointView, dict[str, Any]]]  # checkpoints, with their values
+
+
 async def _checkpoints(
     repo: CheckpointRepository, thread: str, user: str | None, **narrow: Any
-) -> list[tuple[views.CheckpointView, dict[str, Any]]] | None:
+) -> _Graph | None:
     """The thread's LangGraph checkpoints (newest first), or None without the
     ``langgraph`` extra; [] when LangGraph never wrote it (no query then)."""
     if not await repo.langgraph.counts([thread]):
@@ -174,26 +178,40 @@ async def history(
             fail(f"thread {thread!r} has LangGraph checkpoints: {_NEEDS_LANGGRAPH}")
         fail(f"no retained versions or LangGraph checkpoints of thread {thread!r}")
     if version is not None:
-        match = [s for s in snapshots if s.version == version]
-        if not match:
-            retained = f"{snapshots[-1].version}..{snapshots[0].version}" if snapshots else "none"
-            fail(f"version {version} of {thread!r} is not retained (retained: {retained})")
-        out.print_json(encode(match[0].state))
-        return
-    if checkpoint is not None:
-        chosen = [(v, values) for v, values in graph or () if v.checkpoint_id == checkpoint]
-        if not chosen:
-            fail(f"thread {thread!r} has no LangGraph checkpoint {checkpoint!r}")
-        view, values = chosen[0]
-        out.print(
-            f"LangGraph checkpoint {view.checkpoint_id}  namespace {view.namespace!r}  "
-            f"step {view.step}  source {view.source}  written {_written(view.written)}"
-        )
-        _print_checkpoint(view, values)
-        if view.writes:
-            out.print("pending writes:")
-            out.print_json(encode([list(w) for w in view.writes]))
-        return
+        _print_version(snapshots, thread, version)
+    elif checkpoint is not None:
+        _print_one_checkpoint(graph, thread, checkpoint)
+    else:
+        _print_history(snapshots, graph)
+
+
+def _print_version(snapshots: list[StateSnapshot], thread: str, version: int) -> None:
+    """One retained version's state as JSON (``history --version N``)."""
+    match = [s for s in snapshots if s.version == version]
+    if not match:
+        retained = f"{snapshots[-1].version}..{snapshots[0].version}" if snapshots else "none"
+        fail(f"version {version} of {thread!r} is not retained (retained: {retained})")
+    out.print_json(encode(match[0].state))
+
+
+def _print_one_checkpoint(graph: _Graph | None, thread: str, checkpoint: str) -> None:
+    """One LangGraph checkpoint with its values and pending writes (``--checkpoint``)."""
+    chosen = [(v, values) for v, values in graph or () if v.checkpoint_id == checkpoint]
+    if not chosen:
+        fail(f"thread {thread!r} has no LangGraph checkpoint {checkpoint!r}")
+    view, values = chosen[0]
+    out.print(
+        f"LangGraph checkpoint {view.checkpoint_id}  namespace {view.namespace!r}  "
+        f"step {view.step}  source {view.source}  written {_written(view.written)}"
+    )
+    _print_checkpoint(view, values)
+    if view.writes:
+        out.print("pending writes:")
+        out.print_json(encode([list(w) for w in view.writes]))
+
+
+def _print_history(snapshots: list[StateSnapshot], graph: _Graph | None) -> None:
+    """The retained versions, then the LangGraph checkpoints, newest first."""
     if snapshots:
         table = Table("version", "created", "bytes", title="states (core API)" if graph else None)
         for s in snapshots:
