@@ -66,7 +66,7 @@ _AAD = b"tenxstore\x00" + _HEAD.encode() + b"\x00states.state_data\x00"
 
 def life_tag(incarnation: int, owner: str) -> bytes:
     """The thread's life as a tx2 envelope's associated data names it (see
-    ``tenxstore.crypto._life_tag``): the incarnation, the owner length-prefixed."""
+    ``tenxstore.envelopes.life_tag``): the incarnation, the owner length-prefixed."""
     named = b"=" + owner.encode()
     return b"%d\x00%d:%s\x00" % (incarnation, len(named), named)
 

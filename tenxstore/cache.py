@@ -88,7 +88,7 @@ class CachedCheckpointer(CacheWrites, CacheReads, CacheFences, CachePassthrough)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{name} must be a positive number, not {value!r}")
         self.inner = inner
-        self.keys: KeyRing | None = getattr(inner, "keys", None)
+        self.keys: KeyRing | None = inner.keys
         """The inner checkpointer's key ring: entries are sealed with it too."""
         self.cache_ttl = cache_ttl
         self._namespaced = isinstance(key_prefix, DefaultPrefix)

@@ -22,6 +22,7 @@ from .crypto import KeyRing
 from .langgraph.tables import LangGraphTables
 from .protocol import Checkpointer
 from .redis_cache import BLANKET, MAX_PUT_AGE, Fence, RedisCache
+from .store import Store
 from .types import AuthPolicy
 from .validate import IdType
 
@@ -48,10 +49,12 @@ class CacheCore:
     def engine(self) -> AsyncEngine:
         """The wrapped repository's SQLAlchemy engine (of the running event loop), for
         instrumentation such as ``opentelemetry-instrumentation-sqlalchemy``."""
-        engine = getattr(self.inner, "engine", None)
-        if not isinstance(engine, AsyncEngine):
-            raise AttributeError(f"{type(self.inner).__name__} has no SQLAlchemy engine")
-        return engine
+        return self.inner.engine
+
+    @property
+    def store(self) -> Store:
+        """The wrapped checkpointer's :class:`~tenxstore.store.Store`."""
+        return self.inner.store
 
     @property
     def key_prefix(self) -> str:

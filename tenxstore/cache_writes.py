@@ -121,8 +121,7 @@ class CacheWrites(CacheCore):
         if self.keys is None:
             # plaintext into Redis beside a sealed store is what a keyless write to
             # the database would be (the wrapped repository's own check)
-            store = getattr(self.inner, "_store", None)
-            refused = None if store is None else store.refusal()
+            refused = self.inner.store.refusal()
             if refused is not None:
                 raise refused
         key = cache_key(prefix, ids.thread_id, ids.user_id, ids.isolated)

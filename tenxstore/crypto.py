@@ -45,31 +45,31 @@ from typing import Any, NamedTuple
 
 # The envelope format is envelopes.py's, keys as given keyconfig.py's. What other
 # modules import from here is imported from there (``X as X``: re-exported, as when
-# it was defined here: keyusage.py reads _OLD_HEAD, _OLD_BYTES_HEAD, _bytes_key_id).
+# it was defined here).
 from .envelopes import (
-    _BYTES_HEAD,
-    _MARK,
-    _NONCE,
-    _OLD_VERSION,
-    _TAG,
-    _VERSION,
-    _aad_prefix,
-    _b64decode,
-    _b64encode,
-    _life_tag,
-    _text_envelope,
-    _thread_tag,
-    _typed_aad,
+    BYTES_HEAD,
+    MARK,
+    NONCE,
+    OLD_VERSION,
+    TAG,
+    VERSION,
+    aad_prefix,
     check_type,
+    from_b64,
     is_sealed,
+    life_tag,
     sealed_key_id,
+    text_envelope,
+    thread_tag,
+    to_b64,
+    typed_aad,
 )
-from .envelopes import _OLD_BYTES_HEAD as _OLD_BYTES_HEAD
-from .envelopes import _OLD_HEAD as _OLD_HEAD
 from .envelopes import MAX_TYPE as MAX_TYPE
-from .envelopes import _bytes_key_id as _bytes_key_id
+from .envelopes import OLD_BYTES_HEAD as OLD_BYTES_HEAD
+from .envelopes import OLD_HEAD as OLD_HEAD
 from .envelopes import bytes_head as bytes_head
 from .envelopes import bytes_heads as bytes_heads
+from .envelopes import bytes_key_id as bytes_key_id
 from .envelopes import sealed_version as sealed_version
 from .envelopes import text_head as text_head
 from .envelopes import text_heads as text_heads
@@ -196,7 +196,7 @@ class KeyRing:
         *,
         sealing: str | None = None,
         require_sealed: bool = False,
-        envelope: str = _VERSION,
+        envelope: str = VERSION,
     ):
         try:
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -210,9 +210,9 @@ class KeyRing:
             raise ConfigError(f"require_sealed must be a bool, not {require_sealed!r}")
         self.require_sealed = require_sealed
         """Whether a value that is not sealed is refused when read (strict mode)."""
-        if envelope not in (_VERSION, _OLD_VERSION):
+        if envelope not in (VERSION, OLD_VERSION):
             raise ConfigError(
-                f"envelope must be {_VERSION!r} or {_OLD_VERSION!r}, not {str(envelope)[:16]!r}"
+                f"envelope must be {VERSION!r} or {OLD_VERSION!r}, not {str(envelope)[:16]!r}"
             )
         self.envelope = envelope
         """The format new values are sealed in (``"tx2"``; ``"tx1"`` during an upgrade)."""
@@ -242,9 +242,9 @@ class KeyRing:
                 f"{hint}: the sealing key must be in the ring, spelled exactly as there"
             )
         self._current: str = sealing
-        self._head = f"{_MARK}{self.envelope}:{sealing}:"
+        self._head = f"{MARK}{self.envelope}:{sealing}:"
         self._bytes_head = self.envelope.encode() + bytes([len(sealing)]) + sealing.encode()
-        self._bound = self.envelope == _VERSION  # whether what it seals names the life
+        self._bound = self.envelope == VERSION  # whether what it seals names the life
         self._sealer = self._ciphers[sealing]
 
     @classmethod
@@ -254,7 +254,7 @@ class KeyRing:
         *,
         sealing: str | None = None,
         require_sealed: bool = False,
-        envelope: str = _VERSION,
+        envelope: str = VERSION,
     ) -> KeyRing:
         """A key ring from ``"key_id:base64key,key_id:base64key"`` (the first seals,
         unless ``sealing`` names another).
@@ -319,7 +319,7 @@ class KeyRing:
 
     def __repr__(self) -> str:  # never the keys
         strict = ", require_sealed=True" if self.require_sealed else ""
-        old = f", envelope={self.envelope!r}" if self.envelope != _VERSION else ""
+        old = f", envelope={self.envelope!r}" if self.envelope != VERSION else ""
         return f"KeyRing(key_ids={self.key_ids!r}, sealing={self._current!r}{strict}{old})"
 
     def _plain(self, thread_id: Any, column: str) -> None:
@@ -335,11 +335,11 @@ class KeyRing:
         it is stored in (None: bound to no life, for a value that moves between stores
         and lives, as a sealed export line does; it then opens only with no life). A
         ring sealing ``tx1`` (:attr:`envelope`) binds no life."""
-        nonce = os.urandom(_NONCE)
-        bound = _life_tag(life) if self._bound else b""
-        aad = self._prefix(self._head, column) + bound + _thread_tag(thread_id)
+        nonce = os.urandom(NONCE)
+        bound = life_tag(life) if self._bound else b""
+        aad = self._prefix(self._head, column) + bound + thread_tag(thread_id)
         sealed = self._sealer.encrypt(nonce, text.encode("utf-8", "surrogatepass"), aad)
-        return self._head + _b64encode(nonce + sealed)
+        return self._head + to_b64(nonce + sealed)
 
     def open(self, text: str, thread_id: Any, column: str, life: Life | None = None) -> str:
         """The plaintext of a stored text: an envelope opened, plaintext as it is
@@ -359,7 +359,7 @@ class KeyRing:
                 life or owner); or the text is not sealed and the ring requires sealed
                 values.
         """
-        if text[:1] != _MARK:
+        if text[:1] != MARK:
             self._plain(thread_id, column)
             return text
         plain = self._open_envelope(text, thread_id, column, life)
@@ -372,7 +372,7 @@ class KeyRing:
         an opened envelope stays UTF-8 bytes (orjson reads them as they are: no copy
         into a ``str`` on the read path); text the standard library wrote (which may
         hold surrogates, see :mod:`tenxstore.serde`) is decoded as :meth:`open` does."""
-        if text[:1] != _MARK:
+        if text[:1] != MARK:
             self._plain(thread_id, column)
             return text
         plain = self._open_envelope(text, thread_id, column, life)
@@ -381,7 +381,7 @@ class KeyRing:
     def _prefix(self, head: str, column: str) -> bytes:
         found = self._prefixes.get((head, column))
         if found is None:
-            found = _aad_prefix(head, column)
+            found = aad_prefix(head, column)
             if column in _KEPT_PREFIXES:
                 self._prefixes[(head, column)] = found
         return found
@@ -390,25 +390,25 @@ class KeyRing:
         if text.startswith(self._head):  # the current key's, in the ring's format: most reads
             key_id, head, cipher, version = self._current, self._head, self._sealer, self.envelope
         else:
-            found = _text_envelope(text)
+            found = text_envelope(text)
             if found is None:
                 raise DecryptionError(thread_id, column, None, "not a tenxstore envelope")
             version, key_id = found
-            head = f"{_MARK}{version}:{key_id}:"
+            head = f"{MARK}{version}:{key_id}:"
             cipher = self._ciphers.get(key_id)
             if cipher is None:
                 raise DecryptionError(thread_id, column, key_id, "that key is not in the key ring")
         try:
-            raw = memoryview(_b64decode(text[len(head) :]))
+            raw = memoryview(from_b64(text[len(head) :]))
         except (binascii.Error, ValueError):
             raise DecryptionError(thread_id, column, key_id, "damaged envelope") from None
-        if len(raw) < _NONCE + _TAG:
+        if len(raw) < NONCE + TAG:
             raise DecryptionError(thread_id, column, key_id, "truncated envelope")
         # a tx1 envelope's associated data names no life: it was sealed before tx2
-        bound = b"" if version == _OLD_VERSION else _life_tag(life)
-        aad = self._prefix(head, column) + bound + _thread_tag(thread_id)
+        bound = b"" if version == OLD_VERSION else life_tag(life)
+        aad = self._prefix(head, column) + bound + thread_tag(thread_id)
         try:  # views of the decoded bytes: the ciphertext is not copied again
-            plain: bytes = cipher.decrypt(raw[:_NONCE], raw[_NONCE:], aad)
+            plain: bytes = cipher.decrypt(raw[:NONCE], raw[NONCE:], aad)
         except Exception:  # cryptography's InvalidTag: tampered, wrong key or wrong place
             raise DecryptionError(
                 thread_id, column, key_id, "authentication failed (tampered, or moved)"
@@ -429,9 +429,9 @@ class KeyRing:
         """
         check_type(kind, sealed=True)
         head = self._bytes_head
-        nonce = os.urandom(_NONCE)
-        aad = _typed_aad(head, kind, column, thread_id, life)
-        return _MARK + kind, head + nonce + self._sealer.encrypt(nonce, data, aad)
+        nonce = os.urandom(NONCE)
+        aad = typed_aad(head, kind, column, thread_id, life)
+        return MARK + kind, head + nonce + self._sealer.encrypt(nonce, data, aad)
 
     def open_typed(
         self, kind: str, data: bytes, thread_id: Any, column: str, life: Life | None = None
@@ -442,24 +442,24 @@ class KeyRing:
         Raises:
             DecryptionError: As :meth:`open`.
         """
-        if kind[:1] != _MARK:
+        if kind[:1] != MARK:
             self._plain(thread_id, column)
             return kind, data
         plain_kind = kind[1:]
-        key_id = _bytes_key_id(data)
+        key_id = bytes_key_id(data)
         if key_id is None:
             raise DecryptionError(thread_id, column, None, "not a tenxstore envelope")
         cipher = self._ciphers.get(key_id)
         if cipher is None:
             raise DecryptionError(thread_id, column, key_id, "that key is not in the key ring")
-        at = len(_BYTES_HEAD) + 1 + len(key_id)
-        if len(data) < at + _NONCE + _TAG:
+        at = len(BYTES_HEAD) + 1 + len(key_id)
+        if len(data) < at + NONCE + TAG:
             raise DecryptionError(thread_id, column, key_id, "truncated envelope")
         try:
             plain: bytes = cipher.decrypt(
-                data[at : at + _NONCE],
-                data[at + _NONCE :],
-                _typed_aad(data[:at], plain_kind, column, thread_id, life),
+                data[at : at + NONCE],
+                data[at + NONCE :],
+                typed_aad(data[:at], plain_kind, column, thread_id, life),
             )
         except Exception:  # InvalidTag
             raise DecryptionError(
@@ -477,7 +477,7 @@ def _ring(
     pairs: list[tuple[str, bytes]],
     require_sealed: bool,
     sealing: str | None = None,
-    envelope: str = _VERSION,
+    envelope: str = VERSION,
 ) -> KeyRing:
     """A key ring unpickled (in another process; ``sealing`` absent: pickled by a
     release that sealed under the first key; ``envelope`` absent: by one before tx2)."""
@@ -496,9 +496,9 @@ def open_typed(
     one, a sealed value raises :class:`~tenxstore.errors.DecryptionError`)."""
     if keys is not None:
         return keys.open_typed(kind, data, thread_id, column, life)
-    if kind[:1] == _MARK:
+    if kind[:1] == MARK:
         raise DecryptionError(
-            thread_id, column, _bytes_key_id(data), "encrypted, and no key ring is configured"
+            thread_id, column, bytes_key_id(data), "encrypted, and no key ring is configured"
         )
     return kind, data
 
@@ -511,7 +511,7 @@ def open_text(
     as JSON."""
     if keys is not None:
         return keys.open(text, thread_id, column, life)
-    if text[:1] == _MARK:
+    if text[:1] == MARK:
         raise DecryptionError(
             thread_id, column, sealed_key_id(text), "encrypted, and no key ring is configured"
         )

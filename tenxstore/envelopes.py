@@ -23,18 +23,18 @@ if TYPE_CHECKING:  # Life stays crypto's: the public value type, pickled by that
 try:  # SIMD base64 (the crypto extra installs it): ~15x the standard library's speed
     import pybase64
 
-    def _b64encode(data: bytes) -> str:
+    def to_b64(data: bytes) -> str:
         return pybase64.b64encode_as_string(data)
 
-    def _b64decode(text: str) -> bytes:
+    def from_b64(text: str) -> bytes:
         return pybase64.b64decode(text, validate=True)
 
 except ImportError:  # pragma: no cover - the same output, slower
 
-    def _b64encode(data: bytes) -> str:
+    def to_b64(data: bytes) -> str:
         return binascii.b2a_base64(data, newline=False).decode("ascii")
 
-    def _b64decode(text: str) -> bytes:
+    def from_b64(text: str) -> bytes:
         return base64.b64decode(text, validate=True)
 
 
@@ -52,58 +52,58 @@ __all__ = [
 
 MAX_TYPE = 64
 """Characters of a LangGraph value's type column; a sealed type takes one more (``!``)."""
-_MARK = "!"
-_VERSION = "tx2"  # what is sealed: the associated data names the thread's life
-_OLD_VERSION = "tx1"  # before tx2: opened (its associated data names no life), not sealed
-_HEAD = f"{_MARK}{_VERSION}:"
-_OLD_HEAD = f"{_MARK}{_OLD_VERSION}:"
-_BYTES_HEAD = _VERSION.encode()
-_OLD_BYTES_HEAD = _OLD_VERSION.encode()
-_HEAD_SIZE = len(_HEAD)  # both formats' heads are as long: one slice tells them apart
-_KEY_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_NONCE = 12
-_TAG = 16
+MARK = "!"
+VERSION = "tx2"  # what is sealed: the associated data names the thread's life
+OLD_VERSION = "tx1"  # before tx2: opened (its associated data names no life), not sealed
+HEAD = f"{MARK}{VERSION}:"
+OLD_HEAD = f"{MARK}{OLD_VERSION}:"
+BYTES_HEAD = VERSION.encode()
+OLD_BYTES_HEAD = OLD_VERSION.encode()
+_HEAD_SIZE = len(HEAD)  # both formats' heads are as long: one slice tells them apart
+KEY_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+NONCE = 12
+TAG = 16
 
 
 def text_head(key_id: str) -> str:
     """What a text envelope sealed under ``key_id`` now begins with (``!tx2:<key
     id>:``): rotation compares stored values to it in SQL (a ``tx1`` one is sealed
     again)."""
-    return f"{_HEAD}{key_id}:"
+    return f"{HEAD}{key_id}:"
 
 
 def text_heads(key_id: str) -> tuple[str, str]:
     """What a text envelope under ``key_id`` begins with, in either format (``tx2``,
     ``tx1``): the key counts compare stored values to both."""
-    return f"{_HEAD}{key_id}:", f"{_OLD_HEAD}{key_id}:"
+    return f"{HEAD}{key_id}:", f"{OLD_HEAD}{key_id}:"
 
 
 def bytes_head(key_id: str) -> bytes:
     """What a LangGraph value's bytes sealed under ``key_id`` now begin with (``tx2``,
     the key id's length, the key id)."""
-    return _BYTES_HEAD + bytes([len(key_id)]) + key_id.encode()
+    return BYTES_HEAD + bytes([len(key_id)]) + key_id.encode()
 
 
 def bytes_heads(key_id: str) -> tuple[bytes, bytes]:
     """:func:`bytes_head` in either format (``tx2``, ``tx1``)."""
     tail = bytes([len(key_id)]) + key_id.encode()
-    return _BYTES_HEAD + tail, _OLD_BYTES_HEAD + tail
+    return BYTES_HEAD + tail, OLD_BYTES_HEAD + tail
 
 
 def is_sealed(text: str) -> bool:
     """Whether a stored text is an envelope (see the module's proof), not plaintext JSON."""
-    return text[:1] == _MARK
+    return text[:1] == MARK
 
 
-def _text_envelope(text: str) -> tuple[str, str] | None:
+def text_envelope(text: str) -> tuple[str, str] | None:
     """(format version, key id) of a text envelope, or None when it is too damaged to
     name a key (see :func:`sealed_key_id`)."""
     head = text[:_HEAD_SIZE]
-    if head != _HEAD and head != _OLD_HEAD:
+    if head != HEAD and head != OLD_HEAD:
         return None
     end = text.find(":", _HEAD_SIZE, _HEAD_SIZE + 65)
     key_id = text[_HEAD_SIZE:end] if end > 0 else ""
-    return (head[1:-1], key_id) if _KEY_ID.fullmatch(key_id) else None
+    return (head[1:-1], key_id) if KEY_ID.fullmatch(key_id) else None
 
 
 def sealed_key_id(text: str) -> str | None:
@@ -111,25 +111,25 @@ def sealed_key_id(text: str) -> str | None:
     envelope too damaged to name one — what stands where a key id should is not a key
     id's characters (it is then never repeated in an error or a report: it may be a
     stored value's text)."""
-    found = _text_envelope(text)
+    found = text_envelope(text)
     return None if found is None else found[1]
 
 
 def sealed_version(text: str) -> str | None:
     """The format an envelope is in (``"tx2"``, or the older ``"tx1"``), or None (see
     :func:`sealed_key_id`)."""
-    found = _text_envelope(text)
+    found = text_envelope(text)
     return None if found is None else found[0]
 
 
-def _thread_tag(thread_id: Any) -> bytes:
+def thread_tag(thread_id: Any) -> bytes:
     return str(thread_id).encode("utf-8", "surrogatepass")
 
 
 _NO_LIFE = b"\x00"
 
 
-def _life_tag(life: Life | None) -> bytes:
+def life_tag(life: Life | None) -> bytes:
     """A ``tx2`` envelope's life in its associated data: the incarnation in decimal,
     then the owner length-prefixed (``=`` and its text: an owner of any characters,
     or none, splits back unambiguously), each ended by a NUL; or one NUL for a value
@@ -143,17 +143,17 @@ def _life_tag(life: Life | None) -> bytes:
     return b"%d\x00%d:%s\x00" % (incarnation, len(named), named)
 
 
-def _aad_prefix(head: str, column: str) -> bytes:
+def aad_prefix(head: str, column: str) -> bytes:
     """The associated data of a text envelope before its life and thread id: the
     envelope's header and the column (tenxstore's own names, no NUL); the thread id
     comes last, so the joined bytes split back unambiguously."""
     return b"tenxstore\x00" + head.encode() + b"\x00" + column.encode() + b"\x00"
 
 
-def _typed_aad(head: bytes, kind: str, column: str, thread_id: Any, life: Life | None) -> bytes:
+def typed_aad(head: bytes, kind: str, column: str, thread_id: Any, life: Life | None) -> bytes:
     """A LangGraph value's associated data: its envelope header, plain type, column,
     life (``tx2`` only: a ``tx1`` value's names none) and thread id (last, as in
-    :func:`_aad_prefix`)."""
+    :func:`aad_prefix`)."""
     return (
         b"tenxstore\x00"
         + head
@@ -162,23 +162,23 @@ def _typed_aad(head: bytes, kind: str, column: str, thread_id: Any, life: Life |
         + b"\x00"
         + column.encode()
         + b"\x00"
-        + (b"" if head.startswith(_OLD_BYTES_HEAD) else _life_tag(life))
-        + _thread_tag(thread_id)
+        + (b"" if head.startswith(OLD_BYTES_HEAD) else life_tag(life))
+        + thread_tag(thread_id)
     )
 
 
-def _bytes_key_id(data: bytes) -> str | None:
+def bytes_key_id(data: bytes) -> str | None:
     """The key id a LangGraph value's envelope (of either format) names, or None."""
-    head = data[: len(_BYTES_HEAD)]
-    if (head != _BYTES_HEAD and head != _OLD_BYTES_HEAD) or len(data) <= len(_BYTES_HEAD):
+    head = data[: len(BYTES_HEAD)]
+    if (head != BYTES_HEAD and head != OLD_BYTES_HEAD) or len(data) <= len(BYTES_HEAD):
         return None
-    size = data[len(_BYTES_HEAD)]
-    raw = data[len(_BYTES_HEAD) + 1 : len(_BYTES_HEAD) + 1 + size]
+    size = data[len(BYTES_HEAD)]
+    raw = data[len(BYTES_HEAD) + 1 : len(BYTES_HEAD) + 1 + size]
     try:
         key_id = raw.decode("ascii")
     except UnicodeDecodeError:
         return None
-    return key_id if len(raw) == size and _KEY_ID.fullmatch(key_id) else None
+    return key_id if len(raw) == size and KEY_ID.fullmatch(key_id) else None
 
 
 def check_type(kind: str, *, sealed: bool = False) -> str:
@@ -190,9 +190,9 @@ def check_type(kind: str, *, sealed: bool = False) -> str:
     Raises:
         SerializationError: The type begins with ``!``, or is too long.
     """
-    if kind[:1] == _MARK:
+    if kind[:1] == MARK:
         raise SerializationError(
-            f"a serializer type may not begin with {_MARK!r} (it marks encrypted values): {kind!r}"
+            f"a serializer type may not begin with {MARK!r} (it marks encrypted values): {kind!r}"
         )
     top = MAX_TYPE - 1 if sealed else MAX_TYPE
     if len(kind) > top:

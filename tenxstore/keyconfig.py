@@ -13,7 +13,7 @@ import binascii
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from .envelopes import _KEY_ID, _OLD_VERSION, _VERSION
+from .envelopes import KEY_ID, OLD_VERSION, VERSION
 from .errors import ConfigError
 
 __all__ = [
@@ -50,7 +50,7 @@ and one given where its id belongs (``base64key:id``) may fit the id's grammar."
 
 def _shown(key_id: Any) -> str | None:
     """A key id as an error may repeat it (quoted), or None when it could be a key."""
-    if isinstance(key_id, str) and _KEY_ID.fullmatch(key_id) and len(key_id) <= _SHOWN_ID:
+    if isinstance(key_id, str) and KEY_ID.fullmatch(key_id) and len(key_id) <= _SHOWN_ID:
         return repr(key_id)
     return None
 
@@ -102,7 +102,7 @@ def checked_pairs(
                 " (not shown: it may hold a key)"
             )
         key_id, key = pair
-        if not isinstance(key_id, str) or not _KEY_ID.fullmatch(key_id):
+        if not isinstance(key_id, str) or not KEY_ID.fullmatch(key_id):
             got = type(key_id).__name__
             if isinstance(key_id, str):
                 got = f"{len(key_id)} characters"
@@ -178,8 +178,8 @@ def env_ring(environ: Mapping[str, str]) -> EnvRing | None:
             if given:
                 raise ConfigError(f"{name} is set, and {ENV} gives no key")
         return None
-    if envelope not in (None, _VERSION, _OLD_VERSION):
+    if envelope not in (None, VERSION, OLD_VERSION):
         raise ConfigError(
-            f"{ENVELOPE_ENV} must be {_VERSION} or {_OLD_VERSION}, not {envelope[:16]!r}"
+            f"{ENVELOPE_ENV} must be {VERSION} or {OLD_VERSION}, not {envelope[:16]!r}"
         )
-    return EnvRing(text, sealing, _FLAGS[flag], envelope or _VERSION)
+    return EnvRing(text, sealing, _FLAGS[flag], envelope or VERSION)

@@ -29,17 +29,17 @@ from typing import Any
 from sqlalchemy import String, and_, bindparam, case, func, not_, or_, select
 
 from .crypto import (
-    _OLD_BYTES_HEAD,
-    _OLD_HEAD,
+    OLD_BYTES_HEAD,
+    OLD_HEAD,
     KeyRing,
-    _bytes_key_id,
     bytes_heads,
+    bytes_key_id,
     life_of,
     sealed_key_id,
     text_heads,
 )
 from .errors import ConfigError, DecryptionError
-from .rotation import _TABLES, TABLES, _store_of, binding
+from .rotation import SEALED_COLUMNS, TABLES, binding, store_of
 
 __all__ = ["KeyUsage", "aclear_sealed", "akey_usage", "amark_sealed"]
 
@@ -167,12 +167,12 @@ class _Column:
     def previous(self) -> Any:
         """The clause: sealed in the previous envelope format (``tx1``), under any key."""
         if self.typed:
-            start = func.substr(self.value, 1, len(_OLD_BYTES_HEAD))
+            start = func.substr(self.value, 1, len(OLD_BYTES_HEAD))
             return and_(
-                self.sealed, start == bindparam(None, _OLD_BYTES_HEAD, type_=self.value.type)
+                self.sealed, start == bindparam(None, OLD_BYTES_HEAD, type_=self.value.type)
             )
-        start = func.substr(self.value, 1, len(_OLD_HEAD))
-        return start == bindparam(None, _OLD_HEAD, type_=String())
+        start = func.substr(self.value, 1, len(OLD_HEAD))
+        return start == bindparam(None, OLD_HEAD, type_=String())
 
     def plain(self) -> Any:
         """The clause: a value there, in clear."""
@@ -188,7 +188,7 @@ async def akey_usage(repository: Any) -> KeyUsage:
         repository: A :class:`~tenxstore.CheckpointRepository`, or a checkpointer
             wrapping one (``.inner``).
     """
-    store = _store_of(repository)
+    store = store_of(repository)
     keys: KeyRing | None = store.keys
     ring = keys.key_ids if keys is not None else ()
     await store.ensure_ready()
@@ -243,7 +243,7 @@ async def amark_sealed(repository: Any) -> datetime:
     Returns:
         When the store was first marked.
     """
-    return await _store_of(repository).mark_sealed()  # type: ignore[no-any-return]
+    return await store_of(repository).mark_sealed()  # type: ignore[no-any-return]
 
 
 async def aclear_sealed(repository: Any) -> None:
@@ -266,14 +266,14 @@ async def aclear_sealed(repository: Any) -> None:
             "sealed values (nothing was changed); a checkpointer without a key ring could "
             "not read them"
         )
-    await _store_of(repository).unmark_sealed()
+    await store_of(repository).unmark_sealed()
 
 
 def _payload_columns(store: Any) -> list[tuple[Any, str, str, bool]]:
     found = []
     for name in TABLES:
         table = getattr(store.tables, name)
-        _, texts, typed = _TABLES[name]
+        _, texts, typed = SEALED_COLUMNS[name]
         found += [(table, column, aad, False) for column, aad in texts]
         if typed is not None:
             found.append((table, typed[0], typed[1], True))
@@ -330,7 +330,7 @@ async def _name_missing(
 
 
 def _key_id(head: Any, typed: bool) -> str | None:
-    return _bytes_key_id(bytes(head)) if typed else sealed_key_id(head)
+    return bytes_key_id(bytes(head)) if typed else sealed_key_id(head)
 
 
 async def _try(

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .langgraph.tables import LangGraphTables
 from .langgraph.values import AllowedTypes
@@ -29,6 +31,10 @@ from .types import (
     ToolExecution,
 )
 from .validate import IdType
+
+if TYPE_CHECKING:
+    from .crypto import KeyRing
+    from .store import Store
 
 __all__ = ["Checkpointer"]
 
@@ -55,6 +61,19 @@ class Checkpointer(Protocol):
     @property
     def user_id_type(self) -> IdType:
         """Type of ``user_id``."""
+
+    @property
+    def keys(self) -> KeyRing | None:
+        """The key ring payloads are sealed with, or None (stored in clear)."""
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The SQLAlchemy engine (of the running event loop), for instrumentation."""
+
+    @property
+    def store(self) -> Store:
+        """What the checkpointer's collaborators share: the backend, the statements and
+        the steps of every write (for tenxstore's own modules, not applications)."""
 
     @property
     def langgraph(self) -> LangGraphTables:

@@ -122,7 +122,9 @@ class CheckpointRepository:
             keys=keys,
             retry=retry,
         )
-        self._store = store = opened.store
+        self.store = store = opened.store
+        """What the repository's collaborators share (:class:`~tenxstore.store.Store`):
+        the backend, the statements and the steps of every write."""
         settings = store.settings
         self.schema = store.schema
         self.pool_mode = opened.pool_mode
@@ -148,28 +150,28 @@ class CheckpointRepository:
     @property
     def engine(self) -> AsyncEngine:
         """The engine."""
-        return self._store.backend.engine
+        return self.store.backend.engine
 
     @property
     def backend(self) -> Backend:
         """The backend of this database mode (``backend.name``: ``"postgresql"``,
         ``"pgbouncer"``, ``"sqlite"`` or ``"memory"``)."""
-        return self._store.backend
+        return self.store.backend
 
     @property
     def id_type(self) -> IdType:
         """Type of ``thread_id``: ``"string"``, ``"int"`` or ``"bigint"``."""
-        return self._store.settings.id_type
+        return self.store.settings.id_type
 
     @property
     def user_id_type(self) -> IdType:
         """Type of ``user_id``."""
-        return self._store.settings.user_id_type
+        return self.store.settings.user_id_type
 
     @property
     def dialect(self) -> str:
         """``"postgresql"`` or ``"sqlite"``."""
-        return self._store.backend.dialect
+        return self.store.backend.dialect
 
     @traced()
     async def asetup(self) -> None:
@@ -181,7 +183,7 @@ class CheckpointRepository:
             ConfigError: The schema was created with other ``id_type`` /
                 ``user_id_type`` values.
         """
-        await readiness.setup(self._store)
+        await readiness.setup(self.store)
 
     @traced()
     async def astore_id(self) -> str:
@@ -198,7 +200,7 @@ class CheckpointRepository:
         Raises:
             SchemaNotReady: The schema was never set up, or is behind this release.
         """
-        return await self._store.ensure_ready()
+        return await self.store.ensure_ready()
 
     def setup(self) -> None:
         """Synchronous :meth:`asetup`; works with or without a running event loop.
@@ -210,18 +212,18 @@ class CheckpointRepository:
             ConfigError: The engine borrows from an asyncpg pool, which belongs to
                 its own event loop: call ``await asetup()`` there instead.
         """
-        readiness.setup_blocking(self._store, self.asetup)
+        readiness.setup_blocking(self.store, self.asetup)
 
     @traced()
     async def acheck(self) -> Health:
         """Check the database: reachable, and its schema at the revision this release
         needs. Never raises for what it finds; see :class:`Health`."""
-        return await readiness.health(self._store, self.keys)
+        return await readiness.health(self.store, self.keys)
 
     @guard
     async def aclose(self) -> None:
         """Close the connection pool if this repository created it."""
-        await self._store.backend.aclose()
+        await self.store.backend.aclose()
 
     async def __aenter__(self) -> CheckpointRepository:
         return self
@@ -279,7 +281,7 @@ class CheckpointRepository:
     ) -> Commit:
         """:meth:`aput_checkpoint`, returning what it did: the thread's owner and
         incarnation beside the new version (what a cache decorator needs)."""
-        return await commit(self._store, config, state, messages, meta, self.state_history_limit)
+        return await commit(self.store, config, state, messages, meta, self.state_history_limit)
 
     @traced(write=True)
     async def aput_state(
@@ -291,7 +293,7 @@ class CheckpointRepository:
     @traced()
     async def aget_state(self, config: dict[str, Any]) -> dict[str, Any] | None:
         """The latest durable state, or None; records its version (0 when none) in config."""
-        return await state_reads.read_state(self._store, config)
+        return await state_reads.read_state(self.store, config)
 
     @traced()
     async def aget_state_cache(self, config: dict[str, Any]) -> dict[str, Any] | None:
@@ -303,7 +305,7 @@ class CheckpointRepository:
         self, config: dict[str, Any], state: dict[str, Any], version: int
     ) -> bool:
         """There is no cache here: validates the arguments and returns False."""
-        self._store.ids(config)
+        self.store.ids(config)
         encode_state(state)
         check_count("version", version)
         return False
@@ -313,7 +315,7 @@ class CheckpointRepository:
         self, config: dict[str, Any], limit: int | None = None
     ) -> list[StateSnapshot]:
         """The retained state versions, newest first."""
-        return await state_reads.list_states(self._store, config, limit)
+        return await state_reads.list_states(self.store, config, limit)
 
     @traced()
     async def aget_messages(
@@ -326,7 +328,7 @@ class CheckpointRepository:
             limit: Keep the first ``limit`` messages of the range.
             after_id: Start after the message with this id (an unknown id gives ``[]``).
         """
-        return await state_reads.read_messages(self._store, config, limit, after_id)
+        return await state_reads.read_messages(self.store, config, limit, after_id)
 
     # -- threads ---------------------------------------------------------------------
 
@@ -341,12 +343,12 @@ class CheckpointRepository:
 
         Never changes the state version.
         """
-        return await thread_records.put_thread(self._store, config, name, metadata)
+        return await thread_records.put_thread(self.store, config, name, metadata)
 
     @traced()
     async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
         """The thread record, or None (also when another user owns it)."""
-        return await thread_records.get_thread(self._store, config)
+        return await thread_records.get_thread(self.store, config)
 
     @traced()
     async def alist_threads(
@@ -355,7 +357,7 @@ class CheckpointRepository:
         """The caller's threads, most recently updated first (all when isolation is off).
 
         ``limit=None`` lists them all."""
-        return await thread_records.list_threads(self._store, config, limit, offset)
+        return await thread_records.list_threads(self.store, config, limit, offset)
 
     @traced(write=True)
     async def aclean_thread(self, config: dict[str, Any]) -> bool:
@@ -373,7 +375,7 @@ class CheckpointRepository:
     @traced(write=True)
     async def adelete(self, config: dict[str, Any]) -> Commit | None:
         """:meth:`aclean_thread`, returning what was deleted (None: no such thread)."""
-        return await thread_records.delete_thread(self._store, config)
+        return await thread_records.delete_thread(self.store, config)
 
     # -- the tool ledger (see ToolLedger) -----------------------------------------------
 

@@ -69,8 +69,9 @@ MAX_PASSES = 5
 """Passes a rotation makes at most: rows still written under another key after that
 many (an instance still sealing under the old key) are left, and the result says so."""
 
-# table: (primary key columns, text payload columns, typed (type, bytes) column or None)
-_TABLES: dict[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...], tuple[str, str] | None]] = {
+SEALED_COLUMNS: dict[
+    str, tuple[tuple[str, ...], tuple[tuple[str, str], ...], tuple[str, str] | None]
+] = {
     "threads": (("thread_id",), (("name", NAME), ("metadata", METADATA)), None),
     "states": (("state_id",), (("state_data", STATE), ("meta", META)), None),
     "messages": (("seq",), (("payload", MESSAGE),), None),
@@ -97,7 +98,9 @@ _TABLES: dict[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...], tuple[str
         None,
     ),
 }
-TABLES = tuple(_TABLES)
+"""Each table holding sealed values: (its primary key columns, its text payload columns
+with the name each is bound to, its typed ``(type, bytes)`` column or None)."""
+TABLES = tuple(SEALED_COLUMNS)
 """The tables a rotation walks, in order."""
 BINDING = {"memories": "uid", "memory_versions": "uid"}
 """The column a table's values are bound to, where it is not ``thread_id``: a memory's
@@ -235,15 +238,14 @@ async def arotate_keys(
     return RotationResult(keys.current, rotated, raced, remaining, passes)
 
 
-def _store_of(repository: Any) -> Any:
-    """The store of a repository, or of the repository a checkpointer wraps (``.inner``)."""
-    while not hasattr(repository, "_store") and hasattr(repository, "inner"):
-        repository = repository.inner
-    return repository._store
+def store_of(repository: Any) -> Any:
+    """The :class:`~tenxstore.store.Store` of a checkpointer (a repository, the cache
+    decorator or a preset: each has ``store``)."""
+    return repository.store
 
 
 def _store_and_keys(repository: Any) -> tuple[Any, KeyRing]:
-    store = _store_of(repository)
+    store = store_of(repository)
     keys: KeyRing | None = store.keys
     if keys is None:
         raise ConfigError("rotating keys needs a key ring (keys= or TENXSTORE_KEYS)")
@@ -271,7 +273,7 @@ async def _count_stale(store: Any, keys: KeyRing) -> int:
     async with store.snapshot() as conn:
         for name in TABLES:
             table = getattr(store.tables, name)
-            _, texts, typed = _TABLES[name]
+            _, texts, typed = SEALED_COLUMNS[name]
             count = select(func.count()).select_from(table)
             found = await conn.execute(count.where(_stale(keys, table, texts, typed)))
             total += int(found.scalar_one())
@@ -288,7 +290,7 @@ async def _rotate_table(
 ) -> tuple[int, int]:
     """One table walked in primary-key order; (rows sealed again, rows raced)."""
     table = getattr(store.tables, name)
-    pk, texts, typed = _TABLES[name]
+    pk, texts, typed = SEALED_COLUMNS[name]
     key_columns = [table.c[c] for c in pk]
     payload = [table.c[c] for c, _ in texts]
     if typed is not None:
@@ -335,7 +337,7 @@ async def _write_batch(
     """A batch of ``name``'s rows written back sealed again (``changes``, one per row);
     (rows written, rows raced)."""
     table = getattr(store.tables, name)
-    pk = _TABLES[name][0]
+    pk = SEALED_COLUMNS[name][0]
     memory = name in _MEMORY_ID
     done = lost = 0
     # a short transaction per batch: its threads' (or memories') row locks, in id

@@ -84,7 +84,7 @@ def _table(memories: list[tuple[Memory, float | None]]) -> Table:
 
 async def memory_counts(repo: CheckpointRepository) -> tuple[int, int]:
     """(memories, expired ones waiting for a sweep) of a store at head."""
-    store = repo._store
+    store = repo.store
     m = store.tables.memories
     expired = func.coalesce(func.sum(case((m.c.expires_at <= store.now(), 1), else_=0)), 0)
     row: Any = (await store.read(select(func.count(), expired).select_from(m)))[0]
@@ -267,7 +267,7 @@ async def enable_pgvector(url: Url = DEFAULT_URL, schema: Schema = None) -> None
     from ..backends.pgvector import aenable
 
     async with repository(url, schema, reads_only=True) as repo:
-        store = repo._store
+        store = repo.store
         if not store.backend.vector_extension:
             fail("pgvector is a PostgreSQL extension: this database searches exactly")
         await MemoryStore(repo).alist(None, limit=0, auth_policy=AuthPolicy(False))  # ready
@@ -283,7 +283,7 @@ async def pgvector_line(repo: CheckpointRepository) -> str | None:
     """What ``doctor`` says of pgvector (None: not PostgreSQL)."""
     from ..backends.pgvector import doctor_line
 
-    return await doctor_line(repo._store)
+    return await doctor_line(repo.store)
 
 
 def register(root: Any) -> None:

@@ -27,7 +27,7 @@ async def test_a_deadlock_is_a_lock_timeout_and_the_other_write_commits(
         repo = await backend.make()
         for thread in "ab":
             await repo.aput_state(cfg(thread, "u"), {"n": 0})
-        store = repo._store
+        store = repo.store
         threads = store.tables.threads
         holding = [asyncio.Event(), asyncio.Event()]
 

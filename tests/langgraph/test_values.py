@@ -125,7 +125,7 @@ async def test_a_stored_value_naming_a_callable_is_never_called(
     victim = tmp_path / "owned"
     kind, data = "msgpack", naming("os", "mkdir", str(victim))
     repository = getattr(cp, "inner", cp)
-    b, t = repository._store.tables.lg_blobs, repository._store.tables.threads
+    b, t = repository.store.tables.lg_blobs, repository.store.tables.threads
     if repository.keys is not None:  # sealed for the thread's life, as a writer would
         async with repository.engine.connect() as conn:
             found = (

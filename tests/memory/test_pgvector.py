@@ -61,7 +61,7 @@ async def schema(vector_url: str) -> AsyncIterator[str]:
 async def _enabled(url: str, schema: str, **options: Any) -> CheckpointRepository:
     repo = CheckpointRepository(url, schema=schema, **options)
     await repo.asetup()
-    store = repo._store
+    store = repo.store
     async with store.backend.connect() as conn, conn.begin():
         await aenable(conn, schema)
     return repo
@@ -70,11 +70,11 @@ async def _enabled(url: str, schema: str, **options: Any) -> CheckpointRepositor
 async def test_enable_is_idempotent_and_fills_the_column(vector_url: str, schema: str) -> None:
     repo = CheckpointRepository(vector_url, schema=schema)
     await repo.asetup()
-    assert "not enabled" in (await doctor_line(repo._store) or "")
+    assert "not enabled" in (await doctor_line(repo.store) or "")
     exact = MemoryStore(repo, embedding=HashingEmbedding())
     await exact.astore("alice", "Alice drinks a double espresso", key="coffee")
     assert exact._vectors is not None and exact._vectors.pg is None  # not enabled yet
-    store = repo._store
+    store = repo.store
     for _ in range(2):
         async with store.backend.connect() as conn, conn.begin():
             status, indexes = await aenable(conn, schema)
@@ -84,7 +84,7 @@ async def test_enable_is_idempotent_and_fills_the_column(vector_url: str, schema
         text(f'SELECT count(*) FROM "{schema}".memory_vectors WHERE embedding IS NOT NULL')
     )
     assert filled[0][0] == 1  # the vector stored before, now in the column too
-    line = await doctor_line(repo._store)
+    line = await doctor_line(repo.store)
     assert line is not None and "enabled (HNSW search)" in line
     found = await MemoryStore(repo, embedding=HashingEmbedding()).asearch("alice", "espressos")
     assert found[0].memory.key == "coffee"
@@ -96,10 +96,10 @@ async def test_without_the_extension_doctor_says_so_and_search_is_exact(tmp_path
 
     repo = CheckpointRepository(services.pg_url(), schema=POSTGRESQL.take())
     await repo.asetup()
-    async with repo._store.backend.connect() as conn, conn.begin():
-        status = await astatus(conn, repo._store.schema)
+    async with repo.store.backend.connect() as conn, conn.begin():
+        status = await astatus(conn, repo.store.schema)
     assert status.installed is None and not status.enabled  # the suite's databases have none
-    line = await doctor_line(repo._store)
+    line = await doctor_line(repo.store)
     assert line is not None and "available on the server, not created" in line
     store = MemoryStore(repo, embedding=HashingEmbedding())
     await store.astore("alice", "Alice drinks a double espresso", key="coffee")
@@ -132,7 +132,7 @@ async def test_search_goes_through_the_index_and_never_across_tenants(
     # same index scan leaves alice with fewer than five: the test can fail)
     query = vectors.embedding.embed_query("espresso vegetarian")
     where = "m.user_id = :user AND (m.expires_at IS NULL OR m.expires_at > now())"
-    async with repo._store.backend.connect() as conn, conn.begin():
+    async with repo.store.backend.connect() as conn, conn.begin():
         found = await vectors.pg.nearest(
             conn, vectors.model_id, 256, query, where, {"user": "alice"}, 5
         )
@@ -149,7 +149,7 @@ async def test_search_goes_through_the_index_and_never_across_tenants(
             {"q": str(query)},
         )
         assert index_name("test-hashing-trigrams", 256) in "\n".join(r[0] for r in plan)
-    async with repo._store.backend.connect() as conn, conn.begin():
+    async with repo.store.backend.connect() as conn, conn.begin():
         await conn.execute(text("SET LOCAL hnsw.ef_search = 40"))
         strict = await conn.execute(
             text(
@@ -190,7 +190,7 @@ async def test_writes_deletes_and_reembed_keep_the_column(
     assert redone._vectors is not None and redone._vectors.pg is not None
     vt = store._rows.vt
     old = select(func.count()).select_from(vt).where(vt.c.model_id != "small")
-    assert (await repo._store.read(old))[0][0] == 1  # the expired one's, never compared
+    assert (await repo.store.read(old))[0][0] == 1  # the expired one's, never compared
     await repo.aclose()
 
 
@@ -201,7 +201,7 @@ async def test_a_scan_that_stops_short_is_answered_exactly(vector_url: str, sche
     repo = await _enabled(vector_url, schema, engine_options=few)
     store = MemoryStore(repo, embedding=HashingEmbedding())
     await store.astore("bob", "espresso vegetarian espresso", key="b")
-    async with repo._store.backend.connect() as conn, conn.begin():
+    async with repo.store.backend.connect() as conn, conn.begin():
         # two thousand copies of bob's, all nearer to the query than any of alice's
         await conn.execute(
             text(
@@ -226,7 +226,7 @@ async def test_a_scan_that_stops_short_is_answered_exactly(vector_url: str, sche
     vectors = store._vectors
     assert vectors is not None and vectors.pg is not None and vectors.hnsw
     query = vectors.embedding.embed_query("espresso vegetarian")
-    async with repo._store.backend.connect() as conn, conn.begin():  # the index alone
+    async with repo.store.backend.connect() as conn, conn.begin():  # the index alone
         where, params = "m.user_id = :user", {"user": "alice"}
         assert await vectors.pg.nearest(conn, vectors.model_id, 256, query, where, params, 5) == []
     for mode in ("vector", "hybrid"):
@@ -242,7 +242,7 @@ async def test_rows_written_without_the_column_are_found(vector_url: str, schema
     await repo.asetup()
     before = MemoryStore(repo, embedding=HashingEmbedding())  # started before enabling
     await before.astore("alice", "Alice has a golden retriever", key="pet")
-    async with repo._store.backend.connect() as conn, conn.begin():
+    async with repo.store.backend.connect() as conn, conn.begin():
         await aenable(conn, schema)
     await before.astore("alice", "Alice drinks a double espresso", key="coffee")
     assert before._vectors is not None and before._vectors.pg is None
@@ -267,7 +267,7 @@ async def test_a_role_that_does_not_own_the_tables(
         f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "{schema}" TO "{role}"',
         f'GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA "{schema}" TO "{role}"',
     ]
-    async with repo._store.backend.connect() as conn, conn.begin():
+    async with repo.store.backend.connect() as conn, conn.begin():
         for stmt in grants:
             await conn.execute(text(stmt))
     url = urlsplit(vector_url)
@@ -293,7 +293,7 @@ async def test_a_role_that_does_not_own_the_tables(
         finally:
             await app.aclose()
     finally:
-        async with repo._store.backend.connect() as conn, conn.begin():
+        async with repo.store.backend.connect() as conn, conn.begin():
             await conn.execute(text(f'DROP OWNED BY "{role}"'))
             await conn.execute(text(f'DROP ROLE "{role}"'))
         await repo.aclose()
