@@ -185,57 +185,61 @@ def export_to_json(export: ThreadExport) -> dict[str, Any]:
         "messages": [
             {"message": m.message, "created_at": _time(m.created_at)} for m in export.messages
         ],
-        "tool_executions": [
-            {
-                "tool_call_id": c.tool_call_id,
-                "tool_name": c.tool_name,
-                "args": c.args,
-                "status": c.status,
-                "result": c.result,
-                "error": c.error,
-                "attempts": c.attempts,
-                "started_at": _time(c.started_at),
-                "finished_at": _time(c.finished_at),
-                "lease_expires_at": _time(c.lease_expires_at),
-            }
-            for c in export.tool_executions
-        ],
-        "langgraph_checkpoints": [
-            {
-                "checkpoint_ns": c.checkpoint_ns,
-                "checkpoint_id": c.checkpoint_id,
-                "parent_checkpoint_id": c.parent_checkpoint_id,
-                "type": c.type,
-                "checkpoint": b64encode(c.checkpoint).decode(),
-                "metadata": c.metadata,
-                "created_at": _time(c.created_at),
-                "versions": c.versions,
-            }
-            for c in export.langgraph_checkpoints
-        ],
-        "langgraph_writes": [
-            {
-                "checkpoint_ns": w.checkpoint_ns,
-                "checkpoint_id": w.checkpoint_id,
-                "task_id": w.task_id,
-                "idx": w.idx,
-                "channel": w.channel,
-                "type": w.type,
-                "value": b64encode(w.value).decode(),
-                "task_path": w.task_path,
-            }
-            for w in export.langgraph_writes
-        ],
-        "langgraph_blobs": [
-            {
-                "checkpoint_ns": b.checkpoint_ns,
-                "channel": b.channel,
-                "version": b.version,
-                "type": b.type,
-                "blob": b64encode(b.blob).decode(),
-            }
-            for b in export.langgraph_blobs
-        ],
+        "tool_executions": [_tool_call_json(c) for c in export.tool_executions],
+        "langgraph_checkpoints": [_checkpoint_json(c) for c in export.langgraph_checkpoints],
+        "langgraph_writes": [_write_json(w) for w in export.langgraph_writes],
+        "langgraph_blobs": [_blob_json(b) for b in export.langgraph_blobs],
+    }
+
+
+def _tool_call_json(c: ToolExecution) -> dict[str, Any]:
+    return {
+        "tool_call_id": c.tool_call_id,
+        "tool_name": c.tool_name,
+        "args": c.args,
+        "status": c.status,
+        "result": c.result,
+        "error": c.error,
+        "attempts": c.attempts,
+        "started_at": _time(c.started_at),
+        "finished_at": _time(c.finished_at),
+        "lease_expires_at": _time(c.lease_expires_at),
+    }
+
+
+def _checkpoint_json(c: LangGraphCheckpoint) -> dict[str, Any]:
+    return {
+        "checkpoint_ns": c.checkpoint_ns,
+        "checkpoint_id": c.checkpoint_id,
+        "parent_checkpoint_id": c.parent_checkpoint_id,
+        "type": c.type,
+        "checkpoint": b64encode(c.checkpoint).decode(),
+        "metadata": c.metadata,
+        "created_at": _time(c.created_at),
+        "versions": c.versions,
+    }
+
+
+def _write_json(w: LangGraphWrite) -> dict[str, Any]:
+    return {
+        "checkpoint_ns": w.checkpoint_ns,
+        "checkpoint_id": w.checkpoint_id,
+        "task_id": w.task_id,
+        "idx": w.idx,
+        "channel": w.channel,
+        "type": w.type,
+        "value": b64encode(w.value).decode(),
+        "task_path": w.task_path,
+    }
+
+
+def _blob_json(b: LangGraphBlob) -> dict[str, Any]:
+    return {
+        "checkpoint_ns": b.checkpoint_ns,
+        "channel": b.channel,
+        "version": b.version,
+        "type": b.type,
+        "blob": b64encode(b.blob).decode(),
     }
 
 

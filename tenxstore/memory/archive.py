@@ -222,27 +222,77 @@ async def _write_one(
 ) -> str:
     """One memory, under its row's lock: ``created``, ``unchanged``, ``skipped`` or
     ``replaced``."""
-    store, rows = memory_store._store, memory_store._rows
+    rows = memory_store._rows
     user_id, namespace, key = checked["identity"]
     versions = checked["versions"]
     found = (await conn.execute(rows.lock, rows.one(user_id, namespace, key))).first()
     outcome = "created"
     if found is not None:
-        now = store.now()
-        there = await rows.history(conn, user_id, namespace, key, now)
-        if there and _same(there, MemoryExport(tuple(v for v, _, _ in versions))):
-            return "unchanged"
-        if there and on_conflict == "skip":
-            return "skipped"
-        if there and on_conflict == "fail":
-            raise ImportConflict(
-                f"memory {key!r} of user {user_id!r} in namespace {split(namespace)!r} exists "
-                "with other content; import with on_conflict='replace' or 'skip'"
-            )
-        await rows.remove(conn, [found.id])
-        outcome = "replaced" if there else "created"
+        outcome = await _over(memory_store, conn, found, checked, on_conflict)
+        if outcome in ("unchanged", "skipped"):
+            return outcome
     uid = uuid.uuid4().hex
-    head, text, meta = versions[0]
+    made = await _insert_head(memory_store, conn, checked, uid)
+    await rows.bump(conn, [(user_id, namespace)])  # no vector: `reembed` makes it
+    past = [
+        {
+            "memory_id": made.id,
+            "version": v.version,
+            "uid": uid,
+            "content": rows.seal(t, uid, MEMORY_CONTENT),
+            "metadata": rows.seal(md, uid, MEMORY_METADATA),
+            "updated_at": v.updated_at,
+            "expires_at": v.expires_at,
+        }
+        for v, t, md in versions[1:]
+    ]
+    if past:
+        await conn.execute(insert(rows.v), past)
+    return outcome
+
+
+async def _over(
+    memory_store: Any,
+    conn: AsyncConnection,
+    found: Any,
+    checked: dict[str, Any],
+    on_conflict: OnConflict,
+) -> str:
+    """What an import does where a memory's row is there (``found``): ``unchanged`` or
+    ``skipped`` (nothing written), or ``replaced``/``created`` (the row removed).
+
+    Raises:
+        ImportConflict: The memory is there with other versions (``"fail"``).
+    """
+    store, rows = memory_store._store, memory_store._rows
+    user_id, namespace, key = checked["identity"]
+    versions = checked["versions"]
+    now = store.now()
+    there = await rows.history(conn, user_id, namespace, key, now)
+    if there and _same(there, MemoryExport(tuple(v for v, _, _ in versions))):
+        return "unchanged"
+    if there and on_conflict == "skip":
+        return "skipped"
+    if there and on_conflict == "fail":
+        raise ImportConflict(
+            f"memory {key!r} of user {user_id!r} in namespace {split(namespace)!r} exists "
+            "with other content; import with on_conflict='replace' or 'skip'"
+        )
+    await rows.remove(conn, [found.id])
+    return "replaced" if there else "created"
+
+
+async def _insert_head(
+    memory_store: Any, conn: AsyncConnection, checked: dict[str, Any], uid: str
+) -> Any:
+    """The memory's row, holding its current version; the row as locked.
+
+    Raises:
+        ImportConflict: Another writer stored the memory meanwhile.
+    """
+    store, rows = memory_store._store, memory_store._rows
+    user_id, namespace, key = checked["identity"]
+    head, text, meta = checked["versions"][0]
     terms = None
     if memory_store.keyword_index:
         terms = store.backend.keywords.terms(search.indexed_words(head.content))
@@ -265,22 +315,7 @@ async def _write_one(
     made = (await conn.execute(rows.lock, rows.one(user_id, namespace, key))).one()
     if made.uid != uid:
         raise ImportConflict(f"memory {key!r} was stored by another writer while it was imported")
-    await rows.bump(conn, [(user_id, namespace)])  # no vector: `reembed` makes it
-    past = [
-        {
-            "memory_id": made.id,
-            "version": v.version,
-            "uid": uid,
-            "content": rows.seal(t, uid, MEMORY_CONTENT),
-            "metadata": rows.seal(md, uid, MEMORY_METADATA),
-            "updated_at": v.updated_at,
-            "expires_at": v.expires_at,
-        }
-        for v, t, md in versions[1:]
-    ]
-    if past:
-        await conn.execute(insert(rows.v), past)
-    return outcome
+    return made
 
 
 async def import_memories(

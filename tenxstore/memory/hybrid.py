@@ -164,37 +164,63 @@ async def reembed(
         if not batch:
             return done
         after = batch[-1].id
-        texts: dict[int, tuple[int, str]] = {}
-        empty: dict[int, int] = {}  # no text: its stale vector is deleted
-        for row in batch:
-            memory = rows.memory(row)
-            text = memory.content if text_of is None else text_of(memory)
-            if text is None or not str(text):
-                empty[row.id] = row.version
-            else:
-                texts[row.id] = (row.version, str(text))
+        texts, empty = _texts_of(store, batch, text_of)
         blobs = await vectors.embed([t for _, t in texts.values()]) if texts else []
         if not blobs and not empty:
             continue
-        lock = (
-            select(m.c.id, m.c.version, m.c.user_id, m.c.namespace)
-            .where(m.c.id.in_([*texts, *empty]))
-            .order_by(m.c.id)
-            .with_for_update()
-        )
-        async with base.write_rows(lock, {}) as (conn, _):
-            locked = (await conn.execute(lock)).all()
-            now_at = {r.id: r for r in locked}
-            scopes = []
-            for (memory_id, (version, _)), blob in zip(texts.items(), blobs, strict=True):
-                held = now_at.get(memory_id)
-                if held is None or held.version != version:
-                    continue  # deleted or written since it was read
-                await vectors.write(conn, memory_id, blob)
-                scopes.append((held.user_id, held.namespace))
-                done += 1
-            gone = [i for i, v in empty.items() if i in now_at and now_at[i].version == v]
-            if gone:
-                await conn.execute(vt.delete().where(vt.c.memory_id.in_(gone)))
-                scopes.extend((now_at[i].user_id, now_at[i].namespace) for i in gone)
-            await rows.bump(conn, scopes)
+        done += await _write_batch(store, vectors, texts, blobs, empty)
+
+
+def _texts_of(
+    store: MemoryStore, batch: list[Any], text_of: Callable[[Memory], str | None] | None
+) -> tuple[dict[int, tuple[int, str]], dict[int, int]]:
+    """The batch's memories with a text to embed (id: version and text), and those
+    without one (id: version), whose stale vector is deleted."""
+    rows = store._rows
+    texts: dict[int, tuple[int, str]] = {}
+    empty: dict[int, int] = {}  # no text: its stale vector is deleted
+    for row in batch:
+        memory = rows.memory(row)
+        text = memory.content if text_of is None else text_of(memory)
+        if text is None or not str(text):
+            empty[row.id] = row.version
+        else:
+            texts[row.id] = (row.version, str(text))
+    return texts, empty
+
+
+async def _write_batch(
+    store: MemoryStore,
+    vectors: Vectors,
+    texts: dict[int, tuple[int, str]],
+    blobs: list[bytes],
+    empty: dict[int, int],
+) -> int:
+    """One batch's vectors written (and stale ones deleted) in its own transaction,
+    skipping each memory written since it was read; how many were written."""
+    base, rows = store._store, store._rows
+    m, vt = rows.m, rows.vt
+    done = 0
+    lock = (
+        select(m.c.id, m.c.version, m.c.user_id, m.c.namespace)
+        .where(m.c.id.in_([*texts, *empty]))
+        .order_by(m.c.id)
+        .with_for_update()
+    )
+    async with base.write_rows(lock, {}) as (conn, _):
+        locked = (await conn.execute(lock)).all()
+        now_at = {r.id: r for r in locked}
+        scopes = []
+        for (memory_id, (version, _)), blob in zip(texts.items(), blobs, strict=True):
+            held = now_at.get(memory_id)
+            if held is None or held.version != version:
+                continue  # deleted or written since it was read
+            await vectors.write(conn, memory_id, blob)
+            scopes.append((held.user_id, held.namespace))
+            done += 1
+        gone = [i for i, v in empty.items() if i in now_at and now_at[i].version == v]
+        if gone:
+            await conn.execute(vt.delete().where(vt.c.memory_id.in_(gone)))
+            scopes.extend((now_at[i].user_id, now_at[i].namespace) for i in gone)
+        await rows.bump(conn, scopes)
+    return done

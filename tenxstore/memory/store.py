@@ -12,32 +12,28 @@ sync twins are in :mod:`tenxstore.memory.sync`.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any, Literal
 
 from sqlalchemy import select
-from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..backends import Backend
 from ..crypto import KeyRing
 from ..embeddings import Embedding, as_embedding
-from ..errors import ConfigError, MemoryNotFound, StaleStateError
-from ..repository import CheckpointRepository
+from ..errors import ConfigError
 from ..store import Store
 from ..telemetry import traced
 from ..types import AuthPolicy, Memory, MemoryHit
-from ..validate import check_bool, check_count, is_int
-from . import hybrid, search
+from ..validate import check_count, is_int
+from . import hybrid, keyword, writes
 from .lifecycle import MemoryLifecycle, check_batch_size
-from .rows import MemoryRows, Written
+from .opening import check_options, open_repository
+from .rows import MemoryRows
 from .sync import SyncTwins
 from .validation import (
     DEFAULT_NAMESPACE,
-    check_content,
     check_filter,
     check_key,
-    check_metadata,
     check_namespace,
     check_offset,
     check_policy,
@@ -45,7 +41,6 @@ from .validation import (
     check_scoped_user,
     check_search_limit,
     check_threshold,
-    check_ttl,
     check_user,
     split,
 )
@@ -53,32 +48,8 @@ from .vectors import Vectors
 
 __all__ = ["MemoryStore"]
 
-_PAGE = 100  # candidates read at a time while a metadata filter drops some
 Mode = Literal["hybrid", "vector", "keyword"]
 _MODES = ("hybrid", "vector", "keyword")
-
-
-def _repository_of(checkpointer: Any) -> CheckpointRepository | None:
-    """The repository a checkpointer is or wraps (``.inner``, as deep as it goes)."""
-    seen = checkpointer
-    for _ in range(8):
-        if isinstance(seen, CheckpointRepository):
-            return seen
-        seen = getattr(seen, "inner", None)
-        if seen is None:
-            return None
-    return None
-
-
-def _live(row: Any, now: datetime) -> bool:
-    """Whether a locked row is not expired at ``now`` (SQLite and MySQL return naive
-    UTC times)."""
-    expires = row.expires_at
-    if expires is None:
-        return True
-    if expires.tzinfo is None:
-        expires = expires.replace(tzinfo=timezone.utc)
-    return bool(expires > now)
 
 
 class MemoryStore(SyncTwins):
@@ -128,43 +99,12 @@ class MemoryStore(SyncTwins):
         **repository_options: Any,
     ) -> None:
         self.embedding: Embedding | None = None if embedding is None else as_embedding(embedding)
-        if not is_int(memory_history_limit) or memory_history_limit < 1:
-            raise ConfigError(
-                f"memory_history_limit must be an int of at least 1, not {memory_history_limit!r}"
-            )
-        self.keyword_index = check_bool("keyword_index", keyword_index)
-        if enforce_user_isolation is not None:
-            check_bool("enforce_user_isolation", enforce_user_isolation)
-        if isinstance(url_or_checkpointer, (str, URL, AsyncEngine)):
-            url = url_or_checkpointer
-            if isinstance(url, str) and url == "memory":
-                url = "sqlite+aiosqlite://"
-            self.repository = CheckpointRepository(
-                url,
-                schema=schema,
-                keys=keys,
-                enforce_user_isolation=True
-                if enforce_user_isolation is None
-                else enforce_user_isolation,
-                **repository_options,
-            )
-            self._owns = True
-        else:
-            repository = _repository_of(url_or_checkpointer)
-            if repository is None:
-                raise ConfigError(
-                    "url_or_checkpointer must be a database URL, an AsyncEngine or a "
-                    f"tenxstore checkpointer, not {type(url_or_checkpointer).__name__}"
-                )
-            given = [n for n, v in (("schema", schema), ("keys", keys)) if v is not None]
-            if given or repository_options:
-                names = ", ".join([*given, *repository_options])
-                raise ConfigError(
-                    f"{names}: a store made from a checkpointer shares its database, "
-                    "schema and key ring; give them to the checkpointer"
-                )
-            self.repository = repository
-            self._owns = False
+        self.keyword_index = check_options(
+            memory_history_limit, keyword_index, enforce_user_isolation
+        )
+        self.repository, self._owns = open_repository(
+            url_or_checkpointer, schema, keys, enforce_user_isolation, repository_options
+        )
         store: Store = self.repository._store
         self._store = store
         self.enforce_user_isolation = (
@@ -255,48 +195,6 @@ class MemoryStore(SyncTwins):
         check_user(user_id, kind, optional=True)
         return None
 
-    def _written(
-        self, content: Any, metadata: Any, ttl: Any = None, *, keep_metadata: bool = False
-    ) -> Written:
-        now = self._store.now()
-        text = None if content is None else check_content(content)
-        meta = None if metadata is None and keep_metadata else check_metadata(metadata)
-        terms = None
-        if text is not None and self.keyword_index:
-            terms = self._store.backend.keywords.terms(search.indexed_words(content))
-        return Written(text, meta, terms, now, check_ttl(ttl, now))
-
-    async def _vector(self, text: str | None, embed: bool | str) -> bytes | None:
-        """The stored form of a write's vector (None: none to write), computed before
-        its transaction: ``embed`` True embeds ``text``, a str embeds that instead."""
-        if self._vectors is None or text is None or embed is False:
-            return None
-        await self._vectors.check_model()
-        return (await self._vectors.embed([text if embed is True else embed]))[0]
-
-    async def _has_vector(self, owner: Any, ns: str, name: str) -> bool:
-        """Whether the memory has a vector now (read before an update's transaction,
-        which embeds before it; a memory not found is the update's to report)."""
-        rows = self._rows
-        m, vt = rows.m, rows.vt
-        clauses = rows.scope(owner, ns, self._store.now(), exact=True)
-        found = await self._store.read(
-            select(vt.c.memory_id)
-            .select_from(m.join(vt, vt.c.memory_id == m.c.id))
-            .where(*clauses, m.c.memory_key == name)
-        )
-        return bool(found)
-
-    async def _write_vector(
-        self, conn: Any, memory_id: int, vector: bytes | None, *, content_written: bool
-    ) -> None:
-        if vector is not None:
-            assert self._vectors is not None
-            await self._vectors.write(conn, memory_id, vector)
-        elif content_written:  # the old vector is of other content: no vector now
-            vt = self._rows.vt
-            await conn.execute(vt.delete().where(vt.c.memory_id == memory_id))
-
     # -- the documents' methods ------------------------------------------------------
 
     @traced(write=True, prefix="memory.")
@@ -341,27 +239,13 @@ class MemoryStore(SyncTwins):
         owner = self._owner(user_id, auth_policy)
         ns = check_namespace(namespace)
         name = uuid.uuid4().hex if key is None else check_key(key)
-        written = self._written(content, metadata, ttl)
+        new = writes.written(self, content, metadata, ttl)
         if not isinstance(embed, (bool, str)):
             raise ConfigError(f"embed must be True, False or a text, not {embed!r}")
-        # the caller's text, as areembed and TenxStore embed it (written.content is
-        # its stored, JSON-encoded form)
-        vector = await self._vector(content, embed)
-        rows = self._rows
-        async with self._store.write_rows(rows.lock, rows.one(owner, ns, name)) as (conn, row):
-            if row is not None and not _live(row, written.now):
-                await rows.remove(conn, [row.id])  # expired: that memory is gone
-                row = None
-            stored = None
-            if row is None:
-                row, made = await rows.create(conn, owner, ns, name, written)
-                if made:
-                    stored = row
-                # else another writer made it since our lock found nothing: its next version
-            if stored is None:
-                stored = await rows.replace(conn, row, written, keep_expiry=False)
-            await self._write_vector(conn, stored.id, vector, content_written=True)
-        return rows.memory(stored)
+        # the caller's text, as areembed and TenxStore embed it (new.content is its
+        # stored, JSON-encoded form)
+        blob = await writes.vector(self, content, embed)
+        return await writes.put(self, owner, ns, name, new, blob)
 
     @traced(prefix="memory.")
     async def aget(
@@ -419,32 +303,13 @@ class MemoryStore(SyncTwins):
             raise ConfigError("aupdate needs content= or metadata= (or both)")
         if expected_version is not None:
             expected_version = check_count("expected_version", expected_version)
-        written = self._written(content, metadata, keep_metadata=True)
+        new = writes.written(self, content, metadata, keep_metadata=True)
         if embed is not None and not isinstance(embed, (bool, str)):
             raise ConfigError(f"embed must be True, False, a text or None, not {embed!r}")
         if embed is None and content is not None and self._vectors is not None:
-            embed = await self._has_vector(owner, ns, name)
-        vector = await self._vector(content, True if embed is None else embed)
-        rows = self._rows
-        async with self._store.write_rows(rows.lock, rows.one(owner, ns, name)) as (conn, row):
-            if row is None or not _live(row, written.now):
-                raise MemoryNotFound(name, split(ns))
-            if expected_version is not None and row.version != expected_version:
-                stale = StaleStateError(
-                    name,
-                    expected_version,
-                    row.version,
-                    message=f"memory {name!r} in namespace {split(ns)!r} is at version "
-                    f"{row.version}, not {expected_version}: another writer updated it "
-                    "first; read it again and retry",
-                )
-                vars(stale).update(key=name, namespace=split(ns))  # thread_id holds it too
-                raise stale
-            stored = await rows.replace(conn, row, written, keep_expiry=True)
-            await self._write_vector(
-                conn, stored.id, vector, content_written=written.content is not None
-            )
-        return rows.memory(stored)
+            embed = await writes.has_vector(self, owner, ns, name)
+        blob = await writes.vector(self, content, True if embed is None else embed)
+        return await writes.update(self, owner, ns, name, new, blob, expected_version)
 
     @traced(write=True, prefix="memory.")
     async def adelete(
@@ -459,14 +324,7 @@ class MemoryStore(SyncTwins):
         is deleted too, and was already gone)."""
         owner = self._owner(user_id, auth_policy)
         ns, name = check_namespace(namespace), check_key(key)
-        rows = self._rows
-        now = self._store.now()
-        lock = rows.one(owner, ns, name)
-        async with self._store.write_rows(rows.lock, lock, deletes_only=True) as (conn, row):
-            if row is None:
-                return False
-            await rows.remove(conn, [row.id])
-        return _live(row, now)
+        return await writes.delete(self, owner, ns, name)
 
     @traced(prefix="memory.")
     async def ahistory(
@@ -597,38 +455,10 @@ class MemoryStore(SyncTwins):
                     "this store keeps no keyword index (keyword_index=False): keyword "
                     "search needs it" + ("" if self._vectors else "; or give it an embedding")
                 )
-            return await self._keyword_search(users, ns, text, limit, threshold, keep)
+            return await keyword.search_by_words(self, users, ns, text, limit, threshold, keep)
         if not limit:
             return []
         return await self._vector_search(users, ns, text, limit, threshold, keep, mode)
-
-    async def _keyword_search(
-        self, users: Any, ns: str, text: str, limit: int, threshold: float, keep: Any
-    ) -> list[MemoryHit]:
-        found = search.query_words(text)
-        if not found or not limit:
-            return []
-        store, rows = self._store, self._rows
-        stmt = search.ranked(
-            store.backend.keywords, rows.m, found, rows.scope(users, ns, store.now())
-        )
-        hits: list[MemoryHit] = []
-        page = limit if keep is None else max(limit, _PAGE)
-        async with store.snapshot() as conn:
-            for start in range(0, 2**62, page):
-                batch = (await conn.execute(stmt.limit(page).offset(start))).all()
-                for row in batch:
-                    score = min(1.0, max(0.0, float(row.score)))
-                    if score < threshold:
-                        return hits  # best first: every later one is lower
-                    memory = rows.memory(row)
-                    if keep is None or keep(memory.metadata):
-                        hits.append(MemoryHit(memory, score))
-                        if len(hits) == limit:
-                            return hits
-                if len(batch) < page:
-                    return hits
-        return hits
 
     async def _vector_search(
         self,
