@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -21,6 +21,9 @@ from .common import (
     repository,
 )
 
+if TYPE_CHECKING:
+    from ..langgraph.importer import LangGraphImport
+
 __all__ = ["register"]
 
 
@@ -32,50 +35,59 @@ class OnConflict(enum.Enum):
     replace = "replace"
 
 
+Source = Annotated[
+    str,
+    typer.Argument(
+        help="LangGraph's saver database: postgresql://... (PostgresSaver) or a SQLite "
+        "file / sqlite:///FILE (SqliteSaver)."
+    ),
+]
+SourceSchema = Annotated[
+    str | None, typer.Option(help="The PostgreSQL schema of LangGraph's tables.")
+]
+UserId = Annotated[
+    str | None, typer.Option("--user-id", help="The owner of every imported thread.")
+]
+UserFromMetadata = Annotated[
+    str | None,
+    typer.Option(
+        "--user-from-metadata",
+        help="A checkpoint metadata key naming each thread's owner (a thread naming "
+        "none, or several, is refused).",
+    ),
+]
+Shared = Annotated[
+    bool,
+    typer.Option(
+        "--shared",
+        help="Threads without an owner, for an application that runs with "
+        "enforce_user_isolation=False.",
+    ),
+]
+Conflict = Annotated[
+    OnConflict,
+    typer.Option(case_sensitive=False, help="For a thread the target holds otherwise."),
+]
+Threads = Annotated[
+    list[str] | None, typer.Option("--thread", help="Only this thread (repeatable).")
+]
+BatchSize = Annotated[int, typer.Option(help="Rows read from the source at a time.")]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Count and check owners; write nothing.")]
+
+
 @command
 async def import_langgraph(
-    source: Annotated[
-        str,
-        typer.Argument(
-            help="LangGraph's saver database: postgresql://... (PostgresSaver) or a SQLite "
-            "file / sqlite:///FILE (SqliteSaver)."
-        ),
-    ],
+    source: Source,
     url: Url = DEFAULT_URL,
     schema: Schema = None,
-    source_schema: Annotated[
-        str | None, typer.Option(help="The PostgreSQL schema of LangGraph's tables.")
-    ] = None,
-    user_id: Annotated[
-        str | None, typer.Option("--user-id", help="The owner of every imported thread.")
-    ] = None,
-    user_from_metadata: Annotated[
-        str | None,
-        typer.Option(
-            "--user-from-metadata",
-            help="A checkpoint metadata key naming each thread's owner (a thread naming "
-            "none, or several, is refused).",
-        ),
-    ] = None,
-    shared: Annotated[
-        bool,
-        typer.Option(
-            "--shared",
-            help="Threads without an owner, for an application that runs with "
-            "enforce_user_isolation=False.",
-        ),
-    ] = False,
-    on_conflict: Annotated[
-        OnConflict,
-        typer.Option(case_sensitive=False, help="For a thread the target holds otherwise."),
-    ] = OnConflict.error,
-    thread: Annotated[
-        list[str] | None, typer.Option("--thread", help="Only this thread (repeatable).")
-    ] = None,
-    batch_size: Annotated[int, typer.Option(help="Rows read from the source at a time.")] = 500,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Count and check owners; write nothing.")
-    ] = False,
+    source_schema: SourceSchema = None,
+    user_id: UserId = None,
+    user_from_metadata: UserFromMetadata = None,
+    shared: Shared = False,
+    on_conflict: Conflict = OnConflict.error,
+    thread: Threads = None,
+    batch_size: BatchSize = 500,
+    dry_run: DryRun = False,
     allow_type: AllowType = None,
 ) -> None:
     """Import the threads of LangGraph's PostgresSaver or SqliteSaver (every namespace's
@@ -110,6 +122,12 @@ async def import_langgraph(
                 progress=lambda _, __: bar.advance(task),
                 total=lambda n: bar.update(task, total=n),
             )
+    _report(done, dry_run)
+
+
+def _report(done: LangGraphImport, dry_run: bool) -> None:
+    """What an import did (or, ``dry_run``, found), and each thread it refused; exit
+    status 1 when it refused any."""
     outcomes = ", ".join(f"{n} {k}" for k, n in sorted(done.outcomes.items())) or "none"
     if dry_run:
         out.print(

@@ -9,15 +9,16 @@ tools. The names need the ``langgraph`` extra (``pip install 'tenxstore[langgrap
 
 The rooms, each read in one sitting:
 
-* for graphs: ``saver`` (:class:`TenxCheckpointSaver`, the sync face on a background
-  loop), ``runs`` (:func:`ainvoke_retrying`: a refused run again, nothing twice),
+* for graphs: ``saver`` (:class:`TenxCheckpointSaver`; with ``configs``, ``forms``,
+  ``lives`` and ``sync``, the sync face on a background loop), ``runs``
+  (:func:`ainvoke_retrying`: a refused run again, nothing twice),
   ``tools`` (:class:`ReplaySafeToolNode`), ``store``, ``items``, ``ops`` and ``ttl``
   (:class:`TenxStore`, LangGraph's ``BaseStore`` on the memory store), ``memory``
   (:class:`MemoryConfig`, the documents' agent memory);
 * storage (no LangGraph needed): ``tables`` (``LangGraphTables``: ``lg_checkpoints``,
-  ``lg_writes``, ``lg_blobs``) composed of ``core``, ``puts``, ``reads`` and
-  ``upkeep``, with ``sql`` (the statements), ``columns`` and ``values`` (the strict
-  serde's checks); the dialects' one-round-trip paths live in
+  ``lg_writes``, ``lg_blobs``) composed of ``core``, ``puts``, ``reads``,
+  ``histories`` and ``upkeep``, with ``sql`` (the statements), ``columns`` and
+  ``values`` (the strict serde's checks); the dialects' one-round-trip paths live in
   ``tenxstore/backends/*_langgraph.py``;
 * moving: ``sources`` (LangGraph's PostgreSQL and SQLite tables, read), ``moves``,
   ``importer`` (:func:`aimport_langgraph`), ``export`` (:func:`acopy_langgraph_thread`).

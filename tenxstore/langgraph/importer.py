@@ -393,6 +393,9 @@ async def aimport_langgraph(
             saver version read (the message names what is read).
         ImportConflict: A thread is in the target with other content (``"error"``).
         TenxStoreError: An imported thread does not read back as the source holds it.
+
+    Long because its fourteen arguments are written out and documented here, the
+    public signature; the work is in ``_checked_target`` and ``_import``.
     """
     options = _options(
         user_id=user_id,
@@ -404,8 +407,20 @@ async def aimport_langgraph(
         allowed_types=allowed_types,
         verify=verify,
     )
+    repo = _checked_target(target, options, isolated)
+    source = open_source(source_url, source_schema)
+    try:
+        return await _import(source, repo, options, progress, total)
+    finally:
+        await source.aclose()
+
+
+def _checked_target(target: Checkpointer, options: dict[str, Any], isolated: bool | None) -> Any:
+    """The repository behind ``target``, and the owner the import gives its threads
+    checked against it (before any I/O); ``options['user_id']`` as the target holds it."""
     repo = _repository(target)
-    if options["user_id"] is not None:
+    user_id, user_from_metadata = options["user_id"], options["user_from_metadata"]
+    if user_id is not None:
         options["user_id"] = check_id("user_id", user_id, repo.user_id_type)
     under = repo.enforce_user_isolation if isolated is None else bool(isolated)
     if under and user_id is None and user_from_metadata is None:
@@ -415,37 +430,46 @@ async def aimport_langgraph(
             "or import with --shared / isolated=False for an application that runs with "
             "enforce_user_isolation=False"
         )
-    source = open_source(source_url, source_schema)
-    try:
-        await source.check()
-        if dry_run:  # the target's schema and keys are checked before any thread
-            await repo.astore_id()
-        else:
-            await repo._store.ensure_writable()
-        importer = _Importer(source, repo, options)
-        done = importer.done
-        done.source = source.version
-        only = options["thread_ids"]
-        counts = await source.count(only)
-        if total is not None:
-            total(counts["threads"])
-        if dry_run:
-            done.checkpoints, done.writes = counts["checkpoints"], counts["writes"]
-            done.values = counts.get("values", 0)
-        async for name in source.threads(only, options["batch_size"]):
-            done.threads += 1
-            try:
-                outcome = await importer.thread(name)
-            except (_Refused, SerializationError, ConfigError) as exc:
-                done.refused[name] = str(exc)
-                outcome = "refused"
-            if outcome != "refused":
-                done.outcomes[outcome] += 1
-            if progress is not None:
-                progress(name, outcome)
-        return done
-    finally:
-        await source.aclose()
+    return repo
+
+
+async def _import(
+    source: Source,
+    repo: Any,
+    options: dict[str, Any],
+    progress: Callable[[str, str], None] | None,
+    total: Callable[[int], None] | None,
+) -> LangGraphImport:
+    """:func:`aimport_langgraph` from an opened source into a checked target: the
+    source and target checked, then each thread imported (or refused) in turn."""
+    dry_run = options["dry_run"]
+    await source.check()
+    if dry_run:  # the target's schema and keys are checked before any thread
+        await repo.astore_id()
+    else:
+        await repo._store.ensure_writable()
+    importer = _Importer(source, repo, options)
+    done = importer.done
+    done.source = source.version
+    only = options["thread_ids"]
+    counts = await source.count(only)
+    if total is not None:
+        total(counts["threads"])
+    if dry_run:
+        done.checkpoints, done.writes = counts["checkpoints"], counts["writes"]
+        done.values = counts.get("values", 0)
+    async for name in source.threads(only, options["batch_size"]):
+        done.threads += 1
+        try:
+            outcome = await importer.thread(name)
+        except (_Refused, SerializationError, ConfigError) as exc:
+            done.refused[name] = str(exc)
+            outcome = "refused"
+        if outcome != "refused":
+            done.outcomes[outcome] += 1
+        if progress is not None:
+            progress(name, outcome)
+    return done
 
 
 def import_langgraph(source_url: str, target: Checkpointer, **options: Any) -> LangGraphImport:

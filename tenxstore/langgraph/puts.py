@@ -4,6 +4,7 @@ one-round-trip path when it has one.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -28,6 +29,69 @@ from .sql import value_chain
 from .upkeep import Upkeep
 
 __all__ = ["Puts"]
+
+
+@dataclass
+class _Put:
+    """What one put stores: the call's ids and config, the checkpoint's key, parent,
+    serialized form and metadata, the moment, its run and its values."""
+
+    ids: RunIds
+    config: dict[str, Any]
+    ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    typed: tuple[str, bytes]
+    metadata: str
+    now: Any
+    run_id: str | None = None
+    values: Values | None = None
+
+
+def _check_head(
+    put: _Put, seen_head: str | None, found_empty: bool, newest: Any, has_parent: Any
+) -> None:
+    """Refuse a put whose parent is not the namespace's ``newest`` checkpoint, nor the
+    head its run saw (``seen_head``), or that finds a namespace its run read empty
+    written since; ``has_parent`` None: the parent is no longer stored."""
+    ids, parent_id = put.ids, put.parent_id
+    if parent_id is None and found_empty and newest is not None:
+        raise StaleStateError(
+            ids.thread_id,
+            "(none)",
+            newest,
+            message=f"thread {ids.thread_id!r}: another run wrote checkpoint {newest} "
+            "after this run found the thread empty; two runs from one head cannot "
+            "both commit: run again with the same input, its messages carrying ids "
+            "(tenxstore.langgraph.ainvoke_retrying does both)",
+        )
+    if parent_id is not None and newest != parent_id:
+        gone = has_parent is None
+        if gone and recorded_incarnation(put.config) is not None:  # the same life
+            raise StaleStateError(
+                ids.thread_id,
+                parent_id,
+                newest or "(none)",
+                message=f"thread {ids.thread_id!r}: checkpoint {parent_id} is no longer "
+                "stored (pruned by history_limit, aprune or delete_for_runs): run "
+                "from a newer checkpoint (get_state_history), or raise history_limit",
+            )
+        if gone or newest != seen_head:
+            raise StaleStateError(
+                ids.thread_id, seen_head or parent_id, newest or "(none)", replaced=gone
+            )
+
+
+def _unique_writes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A task's writes, one per ``(task_id, idx)``: the first write, or the latest
+    special one (negative ``idx``)."""
+    unique: dict[tuple[Any, int], dict[str, Any]] = {}
+    for row in rows:  # within the call too: the first write, or the latest special one
+        if row["idx"] < 0:
+            unique[(row["task_id"], row["idx"])] = row
+        else:
+            unique.setdefault((row["task_id"], row["idx"]), row)
+    return list(unique.values())
 
 
 class Puts(Upkeep):
@@ -64,12 +128,47 @@ class Puts(Upkeep):
         (``found_empty``) needs it empty still.
         """
         ids = self._store.ids(config)
-        now = self._store.now()
+        put = _Put(ids, config, ns, checkpoint_id, parent_id, typed, metadata, self._store.now())
+        put.run_id, put.values = run_id, values
         presumed = self._presumed(config, ids)
         sealing = self._store.keys is not None
         check_type(typed[0], sealed=sealing)  # sealed later, for its life: refused now
-        key = (ids.thread_id, ns)
-        limit = history_limit
+        key, at_once = (ids.thread_id, ns), parent_id is not None and values is not None
+        probe, look = self._probe(key, history_limit)
+        await self._store.ensure_writable()  # refused without keys on a sealed store
+        if key in self._due and history_limit is not None:
+            self._due.discard(key)
+            await self._prune_due(ids.thread_id, ns, history_limit)
+        blobs = self._blob_writes(ids.thread_id, ns, values)
+        one = self._one_statement()
+        if one is not None and at_once and (presumed is not None or not sealing):
+            done = await self._put_at_once(one, put, blobs, probe or 0, look, presumed)
+            if done is not None:
+                self._learn(ids.thread_id, ns, blobs)
+                if history_limit is not None and done[1] is not None:
+                    self._prune_later(key)
+                return done[0]
+        async with self._store.write(ids.thread_id) as (conn, locked):
+            self._same_life(config, ids, locked, parent_id)
+            row = await self._store.claim_thread(conn, ids, locked, put.now)
+            blobs = await self._put_locked(
+                conn, put, life_of(row), blobs, probe, history_limit, seen_head, found_empty
+            )
+        self._learn(ids.thread_id, ns, blobs)
+        incarnation: int = row.incarnation
+        return incarnation
+
+    def _prune_later(self, key: tuple[Any, str]) -> None:
+        """A one-statement put found namespace ``key`` grown past its probe: pruned by
+        the next put, before it writes."""
+        if len(self._due) >= REMEMBERED:
+            self._due.clear()  # bounded: those are looked at again later
+        self._due.add(key)  # by the next put, before it writes
+
+    def _probe(self, key: tuple[Any, str], limit: int | None) -> tuple[int | None, bool]:
+        """When a put of namespace ``key`` looks for what to prune: the offset from the
+        newest checkpoint at which a checkpoint means the namespace has grown enough
+        (None: no limit), and whether the one-statement put looks there this time."""
         # pruned once the namespace holds half the limit more than it kept last (a
         # prune costs a transaction of its own: ~8 ms on PostgreSQL for 150 checkpoints)
         probe = (
@@ -84,134 +183,99 @@ class Puts(Upkeep):
         if len(self._puts) >= REMEMBERED and key not in self._puts:
             self._puts.clear()  # bounded: a namespace forgotten is looked at again
         self._puts[key] = puts + 1
-        await self._store.ensure_writable()  # refused without keys on a sealed store
-        if key in self._due and limit is not None:
-            self._due.discard(key)
-            await self._prune_due(ids.thread_id, ns, limit)
-        blobs = self._blob_writes(ids.thread_id, ns, values)
-        one = self._one_statement()
-        at_once = parent_id is not None and values is not None
-        if one is not None and at_once and (presumed is not None or not sealing):
-            assert parent_id is not None and values is not None
-            done = await self._put_at_once(
-                one, ids, config, ns, checkpoint_id, parent_id, typed, metadata, now, run_id,
-                values, blobs, probe or 0, look, presumed,
-            )  # fmt: skip
-            if done is not None:
-                self._learn(ids.thread_id, ns, blobs)
-                if limit is not None and done[1] is not None:
-                    if len(self._due) >= REMEMBERED:
-                        self._due.clear()  # bounded: those are looked at again later
-                    self._due.add(key)  # by the next put, before it writes
-                return done[0]
-        async with self._store.write(ids.thread_id) as (conn, locked):
-            self._same_life(config, ids, locked, parent_id)
-            row = await self._store.claim_thread(conn, ids, locked, now)
-            life = life_of(row)  # every value this put stores is sealed for it
-            stored_typed = self._seal(typed[0], typed[1], ids.thread_id, CHECKPOINT, life)
-            key_and_now = {"t": ids.thread_id, "now": now}
-            newest, has_parent, beyond = (
-                await conn.execute(
-                    self._sql.look,
-                    {**key_and_now, "ns": ns, "parent": parent_id, "off": probe or 0},
-                )
-            ).one()
-            if self._sql.touch is not None:
-                await conn.execute(self._sql.touch, key_and_now)
-            if parent_id is None and found_empty and newest is not None:
-                raise StaleStateError(
-                    ids.thread_id,
-                    "(none)",
-                    newest,
-                    message=f"thread {ids.thread_id!r}: another run wrote checkpoint {newest} "
-                    "after this run found the thread empty; two runs from one head cannot "
-                    "both commit: run again with the same input, its messages carrying ids "
-                    "(tenxstore.langgraph.ainvoke_retrying does both)",
-                )
-            if parent_id is not None and newest != parent_id:
-                gone = has_parent is None
-                if gone and recorded_incarnation(config) is not None:  # the same life
-                    raise StaleStateError(
-                        ids.thread_id,
-                        parent_id,
-                        newest or "(none)",
-                        message=f"thread {ids.thread_id!r}: checkpoint {parent_id} is no longer "
-                        "stored (pruned by history_limit, aprune or delete_for_runs): run "
-                        "from a newer checkpoint (get_state_history), or raise history_limit",
-                    )
-                if gone or newest != seen_head:
-                    raise StaleStateError(
-                        ids.thread_id, seen_head or parent_id, newest or "(none)", replaced=gone
-                    )
-            # a new newest checkpoint takes the mark; a checkpoint put again (or an
-            # older one) leaves none where it replaced or deleted values, so a
-            # one-statement put whose snapshot predates this one writes nothing
-            head = newest is None or checkpoint_id > newest
+        return probe, look
+
+    async def _put_locked(
+        self,
+        conn: Any,
+        put: _Put,
+        life: Life,
+        blobs: list[BlobWrite],
+        probe: int | None,
+        limit: int | None,
+        seen_head: str | None,
+        found_empty: bool,
+    ) -> list[BlobWrite]:
+        """The put under the thread's lock (its row claimed; every value this put stores
+        is sealed for its ``life``); returns the values written."""
+        ids, ns, checkpoint_id, parent_id = put.ids, put.ns, put.checkpoint_id, put.parent_id
+        stored_typed = self._seal(put.typed[0], put.typed[1], ids.thread_id, CHECKPOINT, life)
+        key_and_now = {"t": ids.thread_id, "now": put.now}
+        newest, has_parent, beyond = (
             await conn.execute(
-                self._sql.put_checkpoint,
+                self._sql.look,
+                {**key_and_now, "ns": ns, "parent": parent_id, "off": probe or 0},
+            )
+        ).one()
+        if self._sql.touch is not None:
+            await conn.execute(self._sql.touch, key_and_now)
+        _check_head(put, seen_head, found_empty, newest, has_parent)
+        # a new newest checkpoint takes the mark; a checkpoint put again (or an
+        # older one) leaves none where it replaced or deleted values, so a
+        # one-statement put whose snapshot predates this one writes nothing
+        head = newest is None or checkpoint_id > newest
+        await self._write_checkpoint(conn, put, stored_typed, head)
+        if put.values is not None:
+            blobs, replaced = await self._put_values(
+                conn, ids.thread_id, ns, put.values, blobs, life
+            )
+            if replaced and not head:
+                await self._unmark(conn, ids.thread_id, ns)
+        if limit is not None and beyond is not None:  # grown by half the limit since
+            # (with the mark moved to this put, the old head's is gone already: a put
+            # racing this one fails)
+            kept, pruned = await self._prune_namespace(
+                conn, ids.thread_id, ns, limit, unmark=not head
+            )
+            # Nothing to prune (a DeltaChannel graph's namespace, kept whole): look
+            # again when it has doubled, so the looks cost O(1) per put.
+            self._remember((ids.thread_id, ns), kept if pruned else 2 * kept)
+        return blobs
+
+    async def _write_checkpoint(
+        self, conn: Any, put: _Put, stored_typed: tuple[str, bytes], head: bool
+    ) -> None:
+        """The checkpoint's row (its serialized form as stored: ``stored_typed``), and
+        the namespace's head mark moved to it (``head``) or taken from it."""
+        ids, ns, checkpoint_id = put.ids, put.ns, put.checkpoint_id
+        await conn.execute(
+            self._sql.put_checkpoint,
+            {
+                "thread_id": ids.thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+                "parent_checkpoint_id": put.parent_id,
+                "type": stored_typed[0],
+                "checkpoint": stored_typed[1],
+                "metadata": put.metadata,
+                "created_at": put.now,
+                "run_id": put.run_id,
+                "versions": None if put.values is None else encode(put.values.versions, "versions"),
+            },
+        )
+        h = self._store.tables.lg_heads
+        if head:  # the mark a one-statement put takes over moves to this one
+            await conn.execute(
+                self._sql.put_head,
                 {
                     "thread_id": ids.thread_id,
                     "checkpoint_ns": ns,
                     "checkpoint_id": checkpoint_id,
-                    "parent_checkpoint_id": parent_id,
-                    "type": stored_typed[0],
-                    "checkpoint": stored_typed[1],
-                    "metadata": metadata,
-                    "created_at": now,
-                    "run_id": run_id,
-                    "versions": None if values is None else encode(values.versions, "versions"),
                 },
             )
-            h = self._store.tables.lg_heads
-            if head:  # the mark a one-statement put takes over moves to this one
-                await conn.execute(
-                    self._sql.put_head,
-                    {
-                        "thread_id": ids.thread_id,
-                        "checkpoint_ns": ns,
-                        "checkpoint_id": checkpoint_id,
-                    },
+        else:  # a checkpoint put again loses its mark (its row was replaced)
+            await conn.execute(
+                delete(h).where(
+                    h.c.thread_id == ids.thread_id,
+                    h.c.checkpoint_ns == ns,
+                    h.c.checkpoint_id == checkpoint_id,
                 )
-            else:  # a checkpoint put again loses its mark (its row was replaced)
-                await conn.execute(
-                    delete(h).where(
-                        h.c.thread_id == ids.thread_id,
-                        h.c.checkpoint_ns == ns,
-                        h.c.checkpoint_id == checkpoint_id,
-                    )
-                )
-            if values is not None:
-                blobs, replaced = await self._put_values(
-                    conn, ids.thread_id, ns, values, blobs, life
-                )
-                if replaced and not head:
-                    await self._unmark(conn, ids.thread_id, ns)
-            if limit is not None and beyond is not None:  # grown by half the limit since
-                # (with the mark moved to this put, the old head's is gone already: a put
-                # racing this one fails)
-                kept, pruned = await self._prune_namespace(
-                    conn, ids.thread_id, ns, limit, unmark=not head
-                )
-                # Nothing to prune (a DeltaChannel graph's namespace, kept whole): look
-                # again when it has doubled, so the looks cost O(1) per put.
-                self._remember(key, kept if pruned else 2 * kept)
-        self._learn(ids.thread_id, ns, blobs)
-        incarnation: int = row.incarnation
-        return incarnation
+            )
 
     async def _put_at_once(
         self,
         one: LangGraphFastPath,
-        ids: RunIds,
-        config: dict[str, Any],
-        ns: str,
-        checkpoint_id: str,
-        parent_id: str,
-        typed: tuple[str, bytes],
-        metadata: str,
-        now: Any,
-        run_id: str | None,
-        values: Values,
+        put: _Put,
         blobs: list[BlobWrite],
         probe: int,
         look: bool,
@@ -221,27 +285,29 @@ class Puts(Upkeep):
         ``(incarnation, the checkpoint at offset probe or None)``, or None when it
         wrote nothing. Sealed, its values are sealed for ``presumed`` (see
         :meth:`_presumed`), and the put matches only that life and owner."""
-        life = recorded_incarnation(config)
+        ids, values = put.ids, put.values
+        assert put.parent_id is not None and values is not None
+        life = recorded_incarnation(put.config)
         unchanged = {ch: v for ch, v in values.versions.items() if ch not in values.new}
         based = [bw for bw in blobs if bw.base is not None]
         sealing = self._store.keys is not None
         bound = presumed or Life(0, None)  # (plain: not sealed, the life unused)
-        typed = self._seal(typed[0], typed[1], ids.thread_id, CHECKPOINT, bound)
+        typed = self._seal(put.typed[0], put.typed[1], ids.thread_id, CHECKPOINT, bound)
         sealed = [self._seal(bw.type, bw.blob, ids.thread_id, BLOB, bound) for bw in blobs]
         return await one.put(
             ids.isolated or sealing,
             {
                 "t": ids.thread_id,
-                "ns": ns,
+                "ns": put.ns,
                 "u": ids.user_id,
                 "life": life,
-                "id": checkpoint_id,
-                "parent": parent_id,
+                "id": put.checkpoint_id,
+                "parent": put.parent_id,
                 "type": typed[0],
                 "checkpoint": typed[1],
-                "metadata": metadata,
-                "now": now,
-                "run": run_id,
+                "metadata": put.metadata,
+                "now": put.now,
+                "run": put.run_id,
                 "versions": encode(values.versions, "versions"),
                 "old": encode(unchanged, "versions"),
                 "bc": [bw.channel for bw in based],
@@ -368,24 +434,10 @@ class Puts(Upkeep):
         """Store a task's writes: a write already stored is kept, except the special
         channels (negative ``idx``: errors, interrupts...), whose latest write wins."""
         ids = self._store.ids(config)
-        w = self._store.tables.lg_writes
         now = self._store.now()
-        unique: dict[tuple[Any, int], dict[str, Any]] = {}
-        for row in rows:  # within the call too: the first write, or the latest special one
-            if row["idx"] < 0:
-                unique[(row["task_id"], row["idx"])] = row
-            else:
-                unique.setdefault((row["task_id"], row["idx"]), row)
-        plain, tid = list(unique.values()), ids.thread_id
+        plain = _unique_writes(rows)
         presumed = self._presumed(config, ids)
         sealing = self._store.keys is not None
-
-        def sealed_for(life: Life) -> list[dict[str, Any]]:
-            return [
-                {**row, **self._sealed(row["type"], row["value"], tid, WRITE, "value", life)}
-                for row in plain
-            ]
-
         for row in plain:  # a type too long to be sealed: refused before any I/O
             check_type(row["type"], sealed=sealing)
         await self._store.ensure_writable()  # refused without keys on a sealed store
@@ -393,38 +445,18 @@ class Puts(Upkeep):
         # one statement when the thread is there, the run's (sealed: in the life its
         # values are sealed for, which the run recorded)
         if one is not None and plain and (presumed is not None or not sealing):
-            rows = sealed_for(presumed or Life(0, None))  # (plain: the life unused)
-            life = recorded_incarnation(config)
-            stored = await one.put_writes(
-                ids.isolated or sealing,
-                {
-                    "t": ids.thread_id,
-                    "ns": ns,
-                    "u": ids.user_id,
-                    "life": life,
-                    "id": checkpoint_id,
-                    **{
-                        key: [row[name] for row in rows]
-                        for key, name in (
-                            ("ta", "task_id"),
-                            ("ix", "idx"),
-                            ("ch", "channel"),
-                            ("ty", "type"),
-                            ("va", "value"),
-                            ("pa", "task_path"),
-                        )
-                    },
-                },
-            )
-            if stored:
+            rows = self._sealed_writes(plain, ids.thread_id, presumed or Life(0, None))
+            if await self._writes_at_once(one, ids, config, ns, checkpoint_id, rows):
                 return
+        w = self._store.tables.lg_writes
         here = (w.c.thread_id == ids.thread_id, w.c.checkpoint_ns == ns)
         keep_first = self._store.backend.insert_ignore(
             w, "thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"
         )
         async with self._store.write(ids.thread_id) as (conn, locked):
             self._same_life(config, ids, locked, checkpoint_id)
-            rows = sealed_for(life_of(await self._store.claim_thread(conn, ids, locked, now)))
+            life = life_of(await self._store.claim_thread(conn, ids, locked, now))
+            rows = self._sealed_writes(plain, ids.thread_id, life)
             for task_id in {row["task_id"] for row in rows if row["idx"] < 0}:
                 special = [r["idx"] for r in rows if r["idx"] < 0 and r["task_id"] == task_id]
                 await conn.execute(
@@ -448,3 +480,46 @@ class Puts(Upkeep):
                         for row in rows
                     ],
                 )
+
+    def _sealed_writes(
+        self, plain: list[dict[str, Any]], thread_id: Any, life: Life
+    ) -> list[dict[str, Any]]:
+        """A task's write rows with their values as stored (sealed for ``life``)."""
+        return [
+            {**row, **self._sealed(row["type"], row["value"], thread_id, WRITE, "value", life)}
+            for row in plain
+        ]
+
+    async def _writes_at_once(
+        self,
+        one: LangGraphFastPath,
+        ids: RunIds,
+        config: dict[str, Any],
+        ns: str,
+        checkpoint_id: str,
+        rows: list[dict[str, Any]],
+    ) -> bool:
+        """A task's writes in one statement (the backend's :class:`LangGraphFastPath`),
+        in the life the run recorded; False when it stored nothing."""
+        life = recorded_incarnation(config)
+        return await one.put_writes(
+            ids.isolated or self._store.keys is not None,
+            {
+                "t": ids.thread_id,
+                "ns": ns,
+                "u": ids.user_id,
+                "life": life,
+                "id": checkpoint_id,
+                **{
+                    key: [row[name] for row in rows]
+                    for key, name in (
+                        ("ta", "task_id"),
+                        ("ix", "idx"),
+                        ("ch", "channel"),
+                        ("ty", "type"),
+                        ("va", "value"),
+                        ("pa", "task_path"),
+                    )
+                },
+            },
+        )

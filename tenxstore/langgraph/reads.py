@@ -1,5 +1,5 @@
-"""Reading LangGraph checkpoints: one (with its writes and values), a list, counts, and
-a ``DeltaChannel`` history.
+"""Reading LangGraph checkpoints: one (with its writes and values), a list, and counts;
+the values rebuilt from their chains (a ``DeltaChannel`` history: :mod:`.histories`).
 """
 
 from __future__ import annotations
@@ -10,34 +10,24 @@ from typing import Any
 
 from sqlalchemy import (
     func,
-    literal,
     select,
     tuple_,
 )
 
 from ..backends.base import LangGraphFastPath
 from ..config import RunIds
-from ..crypto import BLOB, Life, life_of, open_typed
+from ..crypto import BLOB, life_of, open_typed
 from ..deltas import Base, BrokenChain, Stored, rebuild
 from ..errors import SerializationError
 from ..serde import decode
 from .columns import BLOB_COLUMNS, write_order
 from .core import (
     BATCH,
-    WALK,
     TablesCore,
     has_metadata,
     json_pair,
 )
-from .sql import (
-    HISTORY_CHANNELS,
-    HISTORY_COLUMNS,
-    HISTORY_DEPTH,
-    by_key,
-    history_statement,
-    value_chain,
-    verbatim_in_json,
-)
+from .sql import value_chain
 
 __all__ = ["Reads"]
 
@@ -66,7 +56,6 @@ class Reads(TablesCore):
         a path.
         """
         store = self._store
-        c, w = store.tables.lg_checkpoints, store.tables.lg_writes
         ids = store.ids(config, need_thread=False)
         one_thread = ids.thread_id is not None
         single = one_thread and ns is not None and limit == 1 and before is None
@@ -78,7 +67,36 @@ class Reads(TablesCore):
         if one is not None and single:
             assert ns is not None
             return await self._read_at_once(one, ids, ns, checkpoint_id)
-        t = store.tables.threads
+        stmt = self._rows_statement(ids, ns, checkpoint_id, before, limit, metadata)
+        async with store.snapshot() as conn:
+            rows = (await conn.execute(stmt)).all()
+            if metadata:
+                rows = [r for r in rows if has_metadata(r.metadata, metadata)][:limit]
+            writes = await self._writes_of(conn, rows)
+            values = await self._values(conn, rows, learn=learn)
+        return [
+            (
+                row,
+                writes[(row.thread_id, row.checkpoint_ns, row.checkpoint_id)],
+                values.get((row.thread_id, row.checkpoint_ns, row.checkpoint_id), {}),
+            )
+            for row in rows
+        ]
+
+    def _rows_statement(
+        self,
+        ids: RunIds,
+        ns: str | None,
+        checkpoint_id: str | None,
+        before: str | None,
+        limit: int | None,
+        metadata: dict[str, Any] | None,
+    ) -> Any:
+        """The checkpoints :meth:`rows` reads (with their thread's life and owner, and
+        their namespace's head), narrowed in SQL as far as it can be."""
+        store = self._store
+        c, t = store.tables.lg_checkpoints, store.tables.threads
+        one_thread = ids.thread_id is not None
         newest = c.alias("newest")
         head = (
             select(func.max(newest.c.checkpoint_id))
@@ -111,45 +129,40 @@ class Reads(TablesCore):
             stmt = stmt.order_by(c.c.thread_id, c.c.checkpoint_ns, c.c.checkpoint_id.desc())
         if limit is not None and not metadata:
             stmt = stmt.limit(limit)
-        async with store.snapshot() as conn:
-            rows = (await conn.execute(stmt)).all()
-            if metadata:
-                rows = [r for r in rows if has_metadata(r.metadata, metadata)][:limit]
-            writes: dict[tuple[Any, str, str], list[Any]] = {
-                (r.thread_id, r.checkpoint_ns, r.checkpoint_id): [] for r in rows
-            }
-            # One query per batch of checkpoints, not one per checkpoint.
-            for start in range(0, len(rows), BATCH):
-                batch = rows[start : start + BATCH]
-                found = await conn.execute(
-                    select(
-                        w.c.thread_id,
-                        w.c.checkpoint_ns,
-                        w.c.checkpoint_id,
-                        w.c.task_id,
-                        w.c.channel,
-                        w.c.type,
-                        w.c.value,
-                    )
-                    .where(
-                        w.c.thread_id.in_({r.thread_id for r in batch}),
-                        w.c.checkpoint_id.in_({r.checkpoint_id for r in batch}),
-                    )
-                    .order_by(*write_order(w))
+        return stmt
+
+    async def _writes_of(
+        self, conn: Any, rows: Sequence[Any]
+    ) -> dict[tuple[Any, str, str], list[Any]]:
+        """The pending writes of these checkpoints, by ``(thread, namespace, id)``."""
+        w = self._store.tables.lg_writes
+        writes: dict[tuple[Any, str, str], list[Any]] = {
+            (r.thread_id, r.checkpoint_ns, r.checkpoint_id): [] for r in rows
+        }
+        # One query per batch of checkpoints, not one per checkpoint.
+        for start in range(0, len(rows), BATCH):
+            batch = rows[start : start + BATCH]
+            found = await conn.execute(
+                select(
+                    w.c.thread_id,
+                    w.c.checkpoint_ns,
+                    w.c.checkpoint_id,
+                    w.c.task_id,
+                    w.c.channel,
+                    w.c.type,
+                    w.c.value,
                 )
-                for write in found:
-                    key = (write.thread_id, write.checkpoint_ns, write.checkpoint_id)
-                    if key in writes:
-                        writes[key].append(write)
-            values = await self._values(conn, rows, learn=learn)
-        return [
-            (
-                row,
-                writes[(row.thread_id, row.checkpoint_ns, row.checkpoint_id)],
-                values.get((row.thread_id, row.checkpoint_ns, row.checkpoint_id), {}),
+                .where(
+                    w.c.thread_id.in_({r.thread_id for r in batch}),
+                    w.c.checkpoint_id.in_({r.checkpoint_id for r in batch}),
+                )
+                .order_by(*write_order(w))
             )
-            for row in rows
-        ]
+            for write in found:
+                key = (write.thread_id, write.checkpoint_ns, write.checkpoint_id)
+                if key in writes:
+                    writes[key].append(write)
+        return writes
 
     async def counts(self, thread_ids: Sequence[Any]) -> dict[Any, int]:
         """How many LangGraph checkpoints each of these threads has (those with none
@@ -273,255 +286,3 @@ class Reads(TablesCore):
             stored = found.get((t, ns), {})
             values[(t, ns, row.checkpoint_id)] = self._rebuilt(t, ns, versions, stored, learn=learn)
         return values
-
-    async def history(
-        self, config: dict[str, Any], ns: str, checkpoint_id: str | None, channels: set[str]
-    ) -> tuple[Life | None, list[tuple[str, list[Any], dict[str, tuple[str, bytes]], Any]]]:
-        """What a walk of a checkpoint's ancestors for ``channels`` needs (LangGraph's
-        ``DeltaChannel`` history), parent first, up to the nearest ancestor that holds a
-        value of each channel: per ancestor, its id, its writes to those channels
-        (LangGraph's order), the values of those channels it holds, and — when some of
-        its values are inline (written before 0005, or a channel name longer than
-        the table's key) — its row (``type``, ``checkpoint``), else None.
-
-        Read in one snapshot, a batch of ancestors at a time (one query each for the
-        ancestors, which of them hold values, their writes, and the values): neither
-        the checkpoints nor other channels' writes are read or decoded. Returned with
-        the thread's life, read in the same snapshot: what the writes and inline
-        checkpoints (opened by the caller) are sealed for (None: nothing was read).
-        """
-        store = self._store
-        c, w, b = store.tables.lg_checkpoints, store.tables.lg_writes, store.tables.lg_blobs
-        ids = store.ids(config)
-        asked = sorted(channels)
-        if 0 < len(asked) <= HISTORY_CHANNELS and all(
-            self.limits.storable(ch) and verbatim_in_json(ch) for ch in asked
-        ):
-            at_once = await self._history_at_once(ids, ns, checkpoint_id, asked)
-            if at_once is not None:
-                return at_once
-        thread = store.visible_thread(ids)
-        steps: list[tuple[str, list[Any], dict[str, tuple[str, bytes]], Any]] = []
-        remaining = set(channels)
-        async with store.snapshot() as conn:
-            found_life = (
-                await conn.execute(select(*store.life_columns).where(store.owned(ids)))
-            ).first()
-            if found_life is None:  # absent, or not the caller's: nothing to walk
-                return None, steps
-            life = life_of(found_life)
-            start = checkpoint_id
-            if start is None:
-                newest = select(func.max(c.c.checkpoint_id)).where(
-                    c.c.thread_id == thread, c.c.checkpoint_ns == ns
-                )
-                start = (await conn.execute(newest)).scalar()
-            first = True
-            held: set[tuple[str, str]] | None = None
-            while start is not None and remaining:
-                chain = await self._walk(conn, ids.thread_id, thread, ns, start, skip=first)
-                first = False
-                if not chain:
-                    break
-                named = {
-                    r.checkpoint_id: {
-                        ch: v for ch, v in decode(r.versions).items() if ch in remaining
-                    }
-                    for r in chain
-                    if r.versions is not None
-                }
-                # kept inline: looked at
-                long = any(not self.limits.storable(ch) for ch in remaining)
-                inline = [
-                    r.checkpoint_id
-                    for r in chain
-                    if r.versions is None
-                    or long
-                    or "" in named.get(r.checkpoint_id, {}).values()  # a None, inline
-                ]
-                if held is None:  # the stored versions of those channels (few: snapshots)
-                    rows = await conn.execute(
-                        select(b.c.channel, b.c.version).where(
-                            b.c.thread_id == ids.thread_id,
-                            b.c.checkpoint_ns == ns,
-                            b.c.channel.in_(sorted(remaining)),
-                        )
-                    )
-                    held = {(r.channel, r.version) for r in rows}
-                # the ancestors walked: up to the one where the last channel found a value
-                walked, seeds, looking = [], {}, set(remaining)
-                for r in chain:
-                    walked.append(r)
-                    versions = named.get(r.checkpoint_id, {})
-                    for ch in [ch for ch in looking if (ch, versions.get(ch)) in held]:
-                        seeds[(r.checkpoint_id, ch)] = versions[ch]
-                        looking.discard(ch)
-                    looking -= {ch for ch in looking if versions.get(ch) == ""}  # inline
-                    if not looking:
-                        break
-                walked_ids = [r.checkpoint_id for r in walked]
-                writes: dict[str, list[Any]] = {cid: [] for cid in walked_ids}
-                # the ids of one path sort by time: a range (a branch's ids in it are
-                # read and left out), one statement text whatever the count
-                rows = await conn.execute(
-                    select(w.c.checkpoint_id, w.c.task_id, w.c.channel, w.c.type, w.c.value)
-                    .where(
-                        w.c.thread_id == ids.thread_id,
-                        w.c.checkpoint_ns == ns,
-                        w.c.checkpoint_id.between(min(walked_ids), max(walked_ids)),
-                        w.c.channel.in_(sorted(remaining)),
-                    )
-                    .order_by(w.c.checkpoint_id, *write_order(w))
-                )
-                for row in rows:
-                    if row.checkpoint_id in writes:
-                        writes[row.checkpoint_id].append(row)
-                wanted = sorted({(ch, v) for (_, ch), v in seeds.items()})
-                values: dict[str, dict[str, Stored]] = {}
-                if wanted:
-                    keys = select(b.c.channel, b.c.version, b.c.base).where(
-                        b.c.thread_id == ids.thread_id,
-                        b.c.checkpoint_ns == ns,
-                        tuple_(b.c.channel, b.c.version).in_(wanted),
-                    )
-                    for r in await conn.execute(value_chain(store, ids.thread_id, ns, keys)):
-                        values.setdefault(r.channel, {})[r.version] = self._stored(
-                            ids.thread_id, r, r.blob, life
-                        )
-                inline_rows = {}
-                if inline:
-                    found = await conn.execute(
-                        select(c.c.checkpoint_id, c.c.type, c.c.checkpoint).where(
-                            c.c.thread_id == ids.thread_id,
-                            c.c.checkpoint_ns == ns,
-                            c.c.checkpoint_id.in_([i for i in inline if i in walked_ids]),
-                        )
-                    )
-                    inline_rows = {r.checkpoint_id: r for r in found}
-                for r in walked:
-                    held_here = {
-                        ch: version
-                        for (cid, ch), version in seeds.items()
-                        if cid == r.checkpoint_id
-                    }
-                    steps.append(
-                        (
-                            r.checkpoint_id,
-                            writes[r.checkpoint_id],
-                            self._rebuilt(ids.thread_id, ns, held_here, values, learn=False),
-                            inline_rows.get(r.checkpoint_id),
-                        )
-                    )
-                    remaining -= set(held_here)
-                if len(walked) < len(chain) or not remaining:
-                    break
-                start = chain[-1].checkpoint_id
-                first = True
-        return life, steps
-
-    async def _history_at_once(
-        self, ids: RunIds, ns: str, checkpoint_id: str | None, channels: list[str]
-    ) -> tuple[Life | None, list[tuple[str, list[Any], dict[str, tuple[str, bytes]], Any]]] | None:
-        """:meth:`history` in one statement (one round trip; on a SQLite file one thread
-        hop): None when a channel's walk ends at a value kept in the checkpoint itself
-        (written before 0005, or a None) or goes deeper than one statement walks."""
-        from ..backends.driver import DriverStatement
-
-        store = self._store
-        if store.store_id is None:
-            await store.ensure_ready()
-        key = (ids.isolated, len(channels))
-        if key not in self._histories:
-            stmt = history_statement(store, *key)
-            self._histories[key] = (stmt, DriverStatement(stmt, store.backend.engine.dialect))
-        stmt, driver = self._histories[key]
-        values: dict[str, Any] = {"t": ids.thread_id, "ns": ns, "id": checkpoint_id}
-        values["u"] = ids.user_id
-        for i, channel in enumerate(channels):
-            values[f"ch{i}"], values[f"p{i}"] = channel, f'$."{channel}"'
-        one = self._one_statement()
-        rows: Sequence[Any]
-        if one is not None:
-            rows = await one.fetch(driver, values)
-        else:
-            async with store.snapshot() as conn:
-                rows = (await conn.execute(stmt, values)).all()
-        walked: list[Any] = []
-        writes: dict[str, list[Any]] = {}
-        stored: dict[str, dict[str, Stored]] = {}
-        found: list[Any] = []
-        life: Life | None = None
-        for row in rows:
-            r = SimpleNamespace(**dict(zip(HISTORY_COLUMNS, row, strict=True)))
-            if r.kind == 0:
-                # MySQL types a UNION of its bit arithmetic as DECIMAL: back to int.
-                r.came, r.rest = int(r.came), int(r.rest)
-                walked.append(r)
-            elif r.kind == 1:
-                writes.setdefault(r.checkpoint_id, []).append(r)
-            elif r.kind == 2:
-                found.append(r)
-            else:  # the thread's life: its incarnation (uid) and owner (channel, as text)
-                life = Life(int(r.uid), r.channel)
-        for r in found:  # opened for the life read in the same statement
-            assert life is not None  # (a value is found only on a walk of a visible thread)
-            stored.setdefault(r.channel, {})[r.version] = self._stored(
-                ids.thread_id, r, r.value, life
-            )
-        if walked and walked[-1].rest and walked[-1].depth >= HISTORY_DEPTH:
-            return None  # deeper than one statement walks: batches
-        steps = []
-        for r in walked:
-            held: dict[str, str] = {}
-            if r.came != r.rest:
-                versions = {} if r.versions is None else decode(r.versions)
-                for i, channel in enumerate(channels):
-                    if r.came & (1 << i) and not r.rest & (1 << i):
-                        version = versions.get(channel)
-                        if not version:  # kept in the checkpoint: read the long way
-                            return None
-                        held[channel] = version
-            steps.append(
-                (
-                    r.checkpoint_id,
-                    writes.get(r.checkpoint_id, []),
-                    self._rebuilt(ids.thread_id, ns, held, stored, learn=False),
-                    None,
-                )
-            )
-        return life, steps
-
-    async def _walk(
-        self, conn: Any, thread_id: Any, thread: Any, ns: str, start: str, *, skip: bool
-    ) -> list[Any]:
-        """Up to :data:`WALK` ancestors of ``start`` (its parent first; ``start`` itself
-        too unless ``skip``), with their ``versions``, in ONE query: each step looks its
-        parent up by the whole primary key (on PostgreSQL a lateral with LIMIT 1, so
-        no plan scans the namespace per step however stale the statistics)."""
-        c = self._store.tables.lg_checkpoints
-        columns = (c.c.checkpoint_id, c.c.parent_checkpoint_id, c.c.versions)
-        chain = (
-            select(*columns, literal(0).label("depth"))
-            .where(c.c.thread_id == thread, c.c.checkpoint_ns == ns, c.c.checkpoint_id == start)
-            .cte("walk", recursive=True)
-        )
-        parent = by_key(
-            self._store,
-            c,
-            (c.c.thread_id == thread_id, c.c.checkpoint_ns == ns),
-            c.c.checkpoint_id == chain.c.parent_checkpoint_id,
-            ["checkpoint_id", "parent_checkpoint_id", "versions"],
-            "parent",
-        )
-        chain = chain.union_all(
-            select(*parent.columns, chain.c.depth + 1)
-            .select_from(chain)
-            .join(parent.source, parent.on)
-            .where(chain.c.depth < WALK)
-        )
-        rows = await conn.execute(
-            select(chain.c.checkpoint_id, chain.c.versions)
-            .where(chain.c.depth > (0 if skip else -1))
-            .order_by(chain.c.depth)
-        )
-        return list(rows)

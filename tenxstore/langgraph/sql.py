@@ -9,14 +9,22 @@ from typing import Any
 
 from sqlalchemy import (
     Integer,
+    LargeBinary,
     String,
+    Text,
     and_,
     bindparam,
     case,
+    cast,
+    exists,
     func,
     literal,
+    literal_column,
+    null,
+    or_,
     select,
     true,
+    union_all,
     update,
 )
 from sqlalchemy.sql.util import ClauseAdapter
@@ -140,6 +148,239 @@ def verbatim_in_json(name: str) -> bool:
     )
 
 
+def _number(value: int) -> Any:
+    """An integer written into the statement (not bound)."""
+    return literal_column(str(value), Integer())
+
+
+def _nothing(kind: Any) -> Any:
+    """A NULL of ``kind``: a union's column that this kind of row leaves empty."""
+    return cast(null(), kind)
+
+
+class _History:
+    """The parts of one :func:`history_statement`: its binds, and each of its steps."""
+
+    def __init__(self, store: Store, count: int) -> None:
+        self.store, self.count, self.backend = store, count, store.backend
+        tables = store.tables
+        self.t, self.c, self.w, self.b = (
+            tables.threads, tables.lg_checkpoints, tables.lg_writes, tables.lg_blobs,
+        )  # fmt: skip
+        self.thread = bindparam("t", type_=self.t.c.thread_id.type)
+        self.ns = bindparam("ns", type_=String())
+        self.names = [bindparam(f"ch{i}", type_=String()) for i in range(count)]
+        self.here = (self.c.c.thread_id == self.thread, self.c.c.checkpoint_ns == self.ns)
+
+    def version(self, versions: Any, i: int) -> Any:
+        """Channel ``i``'s version in a row's ``versions`` (JSON text)."""
+        return self.backend.json_text(versions, self.names[i], bindparam(f"p{i}", type_=String()))
+
+    def holds(self, versions: Any) -> Any:
+        """Bit i: the row ends the walk of channel i (a stored value, or one kept in
+        the checkpoint itself, which the caller reads the long way)."""
+        b = self.b
+        total: Any = _number(0)
+        for i in range(self.count):
+            v = self.version(versions, i)
+            stored = exists().where(
+                b.c.thread_id == self.thread,
+                b.c.checkpoint_ns == self.ns,
+                b.c.channel == self.names[i],
+                b.c.version == v,
+            )
+            held = or_(versions.is_(None), v == "", stored)
+            total = total + case((held, _number(1 << i)), else_=_number(0))
+        return total
+
+    def visible(self, scoped: bool) -> Any:
+        """The thread's row, when the caller may see it."""
+        t = self.t
+        visible = t.c.thread_id == self.thread
+        if scoped:
+            visible = and_(visible, t.c.user_id == bindparam("u", type_=t.c.user_id.type))
+        return visible
+
+    def walk(self, visible: Any) -> Any:
+        """The ancestors from the parent of checkpoint ``id`` (NULL: the newest), each
+        with the channels still looked for on arriving (``came``) and leaving
+        (``rest``)."""
+        c, here = self.c, self.here
+        every = _number((1 << self.count) - 1)
+        newest = select(func.max(c.c.checkpoint_id)).where(*here).scalar_subquery()
+        start = func.coalesce(bindparam("id", type_=String()), newest)
+        parent_of_start = (
+            select(c.c.parent_checkpoint_id)
+            .where(*here, c.c.checkpoint_id == start)
+            .scalar_subquery()
+        )
+        walk = (
+            select(
+                c.c.checkpoint_id,
+                c.c.parent_checkpoint_id,
+                c.c.versions,
+                _number(0).label("depth"),
+                every.label("came"),
+                (every - every.op("&")(self.holds(c.c.versions))).label("rest"),
+            )
+            .where(*here, c.c.checkpoint_id == parent_of_start, exists().where(visible))
+            .cte("walk", recursive=True)
+        )
+        parent = by_key(
+            self.store,
+            c,
+            here,
+            c.c.checkpoint_id == walk.c.parent_checkpoint_id,
+            ["checkpoint_id", "parent_checkpoint_id", "versions"],
+            "parent",
+        )
+        rest = walk.c.rest
+        return walk.union_all(
+            select(
+                *parent.columns,
+                walk.c.depth + 1,
+                rest,
+                rest - rest.op("&")(self.holds(parent.columns[2])),
+            )
+            .select_from(walk)
+            .join(parent.source, parent.on)
+            .where(rest != 0, walk.c.depth < HISTORY_DEPTH)
+        )
+
+    def chain(self, walk: Any) -> Any:
+        """The rows of the values' chains where the walk of a channel stopped."""
+        b, names = self.b, self.names
+        found = union_all(
+            *(
+                select(
+                    names[i].label("channel"), self.version(walk.c.versions, i).label("version")
+                ).where(
+                    walk.c.came.op("&")(_number(1 << i)) != 0,
+                    walk.c.rest.op("&")(_number(1 << i)) == 0,
+                )
+                for i in range(self.count)
+            )
+        ).cte("found")
+        keys = select(b.c.channel, b.c.version, b.c.base).join(
+            found,
+            and_(
+                b.c.thread_id == self.thread,
+                b.c.checkpoint_ns == self.ns,
+                b.c.channel == found.c.channel,
+                b.c.version == found.c.version,
+            ),
+        )
+        return value_chain(self.store, self.thread, self.ns, keys).subquery("chain")
+
+    def writes(self, walk: Any) -> Any:
+        """The writes of the walked ancestors to the channels."""
+        w = self.w
+        written = (
+            select(w.c.checkpoint_id, w.c.task_id, w.c.channel, w.c.type, w.c.value)
+            .add_columns(w.c.task_path, w.c.idx)
+            .where(
+                w.c.thread_id == self.thread,
+                w.c.checkpoint_ns == self.ns,
+                w.c.checkpoint_id == walk.c.checkpoint_id,
+                w.c.channel.in_(self.names),
+            )
+        )
+        if self.backend.lateral_lookups:  # per ancestor, by its key (not a scan of the writes)
+            lateral = written.lateral("written")
+            return select(*lateral.c).select_from(walk).join(lateral, true())
+        return written
+
+
+def _ancestor_rows(walk: Any) -> Any:
+    """Kind 0 of a history's rows: the ancestors walked."""
+    text_, blob = String(), LargeBinary()
+    return select(
+        *(
+            column.label(name)
+            for column, name in zip(
+                (
+                    _number(0),
+                    walk.c.checkpoint_id,
+                    walk.c.depth,
+                    walk.c.came,
+                    walk.c.rest,
+                    case((walk.c.came != walk.c.rest, walk.c.versions), else_=_nothing(Text())),
+                    *(_nothing(k) for k in (text_, text_, text_, blob, text_, text_)),
+                    *(_nothing(k) for k in (Integer(), Integer(), Integer(), text_, Integer())),
+                ),
+                HISTORY_COLUMNS,
+                strict=True,
+            )
+        )
+    )
+
+
+def _write_rows(writes: Any) -> Any:
+    """Kind 1 of a history's rows: the writes."""
+    text_ = String()
+    w_ = writes.subquery("w")
+    return select(
+        _number(1),
+        w_.c.checkpoint_id,
+        *(_nothing(Integer()) for _ in range(3)),
+        _nothing(Text()),
+        # explicit collations make the union's columns (and its ORDER BY) code-point order
+        CodePointOrder(w_.c.task_id),
+        w_.c.channel,
+        w_.c.type,
+        w_.c.value,
+        *(_nothing(k) for k in (text_, text_, Integer(), Integer(), Integer())),
+        CodePointOrder(w_.c.task_path),
+        w_.c.idx,
+    )
+
+
+def _value_rows(chain: Any) -> Any:
+    """Kind 2 of a history's rows: the rows of the values' chains."""
+    text_ = String()
+    return select(
+        _number(2),
+        _nothing(text_),
+        *(_nothing(Integer()) for _ in range(3)),
+        _nothing(Text()),
+        _nothing(text_),
+        chain.c.channel,
+        chain.c.type,
+        chain.c.blob,
+        chain.c.version,
+        chain.c.base,
+        chain.c.splice,
+        chain.c.skip,
+        chain.c.uid,
+        _nothing(text_),
+        _nothing(Integer()),
+    )
+
+
+def _life_row(store: Store, visible: Any) -> Any:
+    """Kind 3 of a history's rows: the thread's life (what its values are sealed for),
+    read in the same statement: its incarnation as ``uid``, its owner as ``channel``
+    (as text on PostgreSQL, whose UNION will not mix an int id with text)."""
+    t, text_ = store.tables.threads, String()
+    owner: Any = t.c.user_id
+    if store.backend.strict_union_types and store.settings.user_id_type != "string":
+        owner = cast(owner, text_)
+    return select(
+        _number(3),
+        _nothing(text_),
+        *(_nothing(Integer()) for _ in range(3)),
+        _nothing(Text()),
+        _nothing(text_),
+        owner,
+        _nothing(text_),
+        _nothing(LargeBinary()),
+        *(_nothing(k) for k in (text_, text_, Integer(), Integer())),
+        t.c.incarnation,
+        _nothing(text_),
+        _nothing(Integer()),
+    ).where(visible)
+
+
 def history_statement(store: Store, scoped: bool, count: int) -> Any:
     """A ``DeltaChannel`` history of ``count`` channels (bound ``ch0``...; ``p0``...
     their JSON paths on SQLite) from the parent of checkpoint ``id`` (NULL: the
@@ -150,189 +391,13 @@ def history_statement(store: Store, scoped: bool, count: int) -> Any:
     where a channel stops), the writes of the walked ancestors to those channels, the
     rows of the found values' chains, and the thread's life. Each step, write and
     value is looked up by its whole key."""
-    from sqlalchemy import LargeBinary, Text, cast, exists, literal_column, null, or_, union_all
-
-    tables = store.tables
-    t, c, w, b = tables.threads, tables.lg_checkpoints, tables.lg_writes, tables.lg_blobs
-    backend = store.backend
-    thread = bindparam("t", type_=t.c.thread_id.type)
-    ns = bindparam("ns", type_=String())
-    names = [bindparam(f"ch{i}", type_=String()) for i in range(count)]
-
-    def number(value: int) -> Any:
-        return literal_column(str(value), Integer())
-
-    def version(versions: Any, i: int) -> Any:
-        return backend.json_text(versions, names[i], bindparam(f"p{i}", type_=String()))
-
-    def holds(versions: Any) -> Any:
-        """Bit i: the row ends the walk of channel i (a stored value, or one kept in
-        the checkpoint itself, which the caller reads the long way)."""
-        total: Any = number(0)
-        for i in range(count):
-            v = version(versions, i)
-            stored = exists().where(
-                b.c.thread_id == thread,
-                b.c.checkpoint_ns == ns,
-                b.c.channel == names[i],
-                b.c.version == v,
-            )
-            held = or_(versions.is_(None), v == "", stored)
-            total = total + case((held, number(1 << i)), else_=number(0))
-        return total
-
-    every = number((1 << count) - 1)
-    here = (c.c.thread_id == thread, c.c.checkpoint_ns == ns)
-    newest = select(func.max(c.c.checkpoint_id)).where(*here).scalar_subquery()
-    start = func.coalesce(bindparam("id", type_=String()), newest)
-    parent_of_start = (
-        select(c.c.parent_checkpoint_id).where(*here, c.c.checkpoint_id == start).scalar_subquery()
-    )
-    visible = t.c.thread_id == thread
-    if scoped:
-        visible = and_(visible, t.c.user_id == bindparam("u", type_=t.c.user_id.type))
-    walk = (
-        select(
-            c.c.checkpoint_id,
-            c.c.parent_checkpoint_id,
-            c.c.versions,
-            number(0).label("depth"),
-            every.label("came"),
-            (every - every.op("&")(holds(c.c.versions))).label("rest"),
-        )
-        .where(*here, c.c.checkpoint_id == parent_of_start, exists().where(visible))
-        .cte("walk", recursive=True)
-    )
-    parent = by_key(
-        store,
-        c,
-        here,
-        c.c.checkpoint_id == walk.c.parent_checkpoint_id,
-        ["checkpoint_id", "parent_checkpoint_id", "versions"],
-        "parent",
-    )
-    rest = walk.c.rest
-    walk = walk.union_all(
-        select(
-            *parent.columns,
-            walk.c.depth + 1,
-            rest,
-            rest - rest.op("&")(holds(parent.columns[2])),
-        )
-        .select_from(walk)
-        .join(parent.source, parent.on)
-        .where(rest != 0, walk.c.depth < HISTORY_DEPTH)
-    )
-    found = union_all(
-        *(
-            select(names[i].label("channel"), version(walk.c.versions, i).label("version")).where(
-                walk.c.came.op("&")(number(1 << i)) != 0,
-                walk.c.rest.op("&")(number(1 << i)) == 0,
-            )
-            for i in range(count)
-        )
-    ).cte("found")
-    keys = select(b.c.channel, b.c.version, b.c.base).join(
-        found,
-        and_(
-            b.c.thread_id == thread,
-            b.c.checkpoint_ns == ns,
-            b.c.channel == found.c.channel,
-            b.c.version == found.c.version,
-        ),
-    )
-    chain = value_chain(store, thread, ns, keys).subquery("chain")
-    written = (
-        select(w.c.checkpoint_id, w.c.task_id, w.c.channel, w.c.type, w.c.value)
-        .add_columns(w.c.task_path, w.c.idx)
-        .where(
-            w.c.thread_id == thread,
-            w.c.checkpoint_ns == ns,
-            w.c.checkpoint_id == walk.c.checkpoint_id,
-            w.c.channel.in_(names),
-        )
-    )
-    if backend.lateral_lookups:  # per ancestor, by its key (not a scan of the writes)
-        lateral = written.lateral("written")
-        writes = select(*lateral.c).select_from(walk).join(lateral, true())
-    else:
-        writes = written
-    text_, blob = String(), LargeBinary()
-
-    def nothing(kind: Any) -> Any:
-        return cast(null(), kind)
-
-    ancestors = select(
-        *(
-            column.label(name)
-            for column, name in zip(
-                (
-                    number(0),
-                    walk.c.checkpoint_id,
-                    walk.c.depth,
-                    walk.c.came,
-                    walk.c.rest,
-                    case((walk.c.came != walk.c.rest, walk.c.versions), else_=nothing(Text())),
-                    *(nothing(k) for k in (text_, text_, text_, blob, text_, text_)),
-                    *(nothing(k) for k in (Integer(), Integer(), Integer(), text_, Integer())),
-                ),
-                HISTORY_COLUMNS,
-                strict=True,
-            )
-        )
-    )
-    w_ = writes.subquery("w")
-    write_rows = select(
-        number(1),
-        w_.c.checkpoint_id,
-        *(nothing(Integer()) for _ in range(3)),
-        nothing(Text()),
-        # explicit collations make the union's columns (and its ORDER BY) code-point order
-        CodePointOrder(w_.c.task_id),
-        w_.c.channel,
-        w_.c.type,
-        w_.c.value,
-        *(nothing(k) for k in (text_, text_, Integer(), Integer(), Integer())),
-        CodePointOrder(w_.c.task_path),
-        w_.c.idx,
-    )
-    value_rows = select(
-        number(2),
-        nothing(text_),
-        *(nothing(Integer()) for _ in range(3)),
-        nothing(Text()),
-        nothing(text_),
-        chain.c.channel,
-        chain.c.type,
-        chain.c.blob,
-        chain.c.version,
-        chain.c.base,
-        chain.c.splice,
-        chain.c.skip,
-        chain.c.uid,
-        nothing(text_),
-        nothing(Integer()),
-    )
-    # kind 3: the thread's life (what its values are sealed for), read in the same
-    # statement: its incarnation as ``uid``, its owner as ``channel`` (as text on
-    # PostgreSQL, whose UNION will not mix an int id with text)
-    owner: Any = t.c.user_id
-    if backend.strict_union_types and store.settings.user_id_type != "string":
-        owner = cast(owner, text_)
-    life_row = select(
-        number(3),
-        nothing(text_),
-        *(nothing(Integer()) for _ in range(3)),
-        nothing(Text()),
-        nothing(text_),
-        owner,
-        nothing(text_),
-        nothing(blob),
-        *(nothing(k) for k in (text_, text_, Integer(), Integer())),
-        t.c.incarnation,
-        nothing(text_),
-        nothing(Integer()),
-    ).where(visible)
+    parts = _History(store, count)
+    visible = parts.visible(scoped)
+    walk = parts.walk(visible)
+    chain = parts.chain(walk)
+    writes = parts.writes(walk)
     order: list[Any] = [literal_column(n) for n in ("kind", "depth", "checkpoint_id", "task_path")]
     order += [literal_column("task_id"), literal_column("idx")]
-    return union_all(ancestors, write_rows, value_rows, life_row).order_by(*order)
+    return union_all(
+        _ancestor_rows(walk), _write_rows(writes), _value_rows(chain), _life_row(store, visible)
+    ).order_by(*order)

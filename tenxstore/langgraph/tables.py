@@ -16,8 +16,8 @@ from .core import (
     run_id_of,
     uses_delta_channels,
 )
+from .histories import Histories
 from .puts import Puts
-from .reads import Reads
 
 __all__ = [
     "INTERRUPT",
@@ -31,12 +31,13 @@ __all__ = [
 ]
 
 
-class LangGraphTables(Puts, Reads):
+class LangGraphTables(Puts, Histories):
     """LangGraph checkpoints and writes of a repository's threads.
 
     Its parts, each a module: :mod:`~tenxstore.langgraph.core` (state, sealing, key
     limits), :mod:`~tenxstore.langgraph.puts` (puts and writes),
-    :mod:`~tenxstore.langgraph.reads` (reads and histories),
+    :mod:`~tenxstore.langgraph.reads` (reads), :mod:`~tenxstore.langgraph.histories`
+    (``DeltaChannel`` histories),
     :mod:`~tenxstore.langgraph.upkeep` (pruning, deleting runs, copying) and
     :mod:`~tenxstore.langgraph.sql` (the statements built once per store).
     """

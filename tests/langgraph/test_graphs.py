@@ -444,7 +444,7 @@ async def test_delta_channel_history_of_every_checkpoint_as_langgraph_reads_it(
     read in one statement and the long way alike; another user reads nothing."""
     from langgraph.checkpoint.memory import InMemorySaver
 
-    import tenxstore.langgraph.reads as reads
+    import tenxstore.langgraph.histories as histories
     import tenxstore.langgraph.sql as statements
 
     def values(found: Any) -> Any:
@@ -453,7 +453,7 @@ async def test_delta_channel_history_of_every_checkpoint_as_langgraph_reads_it(
 
     expected = values(await two_deltas(InMemorySaver()))
     assert values(await two_deltas(await saver_for(backend))) == expected
-    for module in (statements, reads):  # walks deeper than one: batches
+    for module in (statements, histories):  # walks deeper than one: batches
         monkeypatch.setattr(module, "HISTORY_DEPTH", 1)
     shallow = await saver_for(backend)
     await shallow.adelete_thread("t")
