@@ -75,15 +75,15 @@ from .envelopes import text_head as text_head
 from .envelopes import text_heads as text_heads
 from .errors import ConfigError, DecryptionError
 from .keyconfig import (
-    _KEY_BYTES,
     ENV,
     ENVELOPE_ENV,
+    KEY_BYTES,
     REQUIRE_ENV,
     SEALING_ENV,
-    _shown,
     checked_pairs,
     env_ring,
     parsed_pairs,
+    shown,
 )
 
 __all__ = [
@@ -233,10 +233,10 @@ class KeyRing:
         if sealing not in self._ciphers:
             # ids are named only when they cannot be keys: a key pasted where its id
             # belongs is never repeated into a log
-            named = _shown(sealing) or "a key id (not shown)"
-            ids = ", ".join(shown for shown in map(_shown, self._ciphers) if shown)
+            named = shown(sealing) or "a key id (not shown)"
+            ids = ", ".join(shown for shown in map(shown, self._ciphers) if shown)
             like = [k for k in self._ciphers if k.lower() == sealing.lower()]
-            hint = f"; {_shown(like[0])} differs from it in case" if like else ""
+            hint = f"; {shown(like[0])} differs from it in case" if like else ""
             raise ConfigError(
                 f"{what} names {named}, which is not a key of the ring ({ids or 'ids not shown'})"
                 f"{hint}: the sealing key must be in the ring, spelled exactly as there"
@@ -290,7 +290,7 @@ class KeyRing:
     @staticmethod
     def generate_key() -> str:
         """A new random key as base64 text, for ``TENXSTORE_KEYS``."""
-        return binascii.b2a_base64(os.urandom(_KEY_BYTES), newline=False).decode("ascii")
+        return binascii.b2a_base64(os.urandom(KEY_BYTES), newline=False).decode("ascii")
 
     @property
     def current(self) -> str:

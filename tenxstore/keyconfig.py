@@ -41,14 +41,14 @@ SEALING_ENV = "TENXSTORE_SEALING_KEY"
 """The environment variable naming the key that seals
 (:attr:`~tenxstore.crypto.KeyRing.current`); unset or empty: the first key of
 ``TENXSTORE_KEYS``."""
-_KEY_BYTES = 32  # AES-256
+KEY_BYTES = 32  # AES-256
 
 _SHOWN_ID = 32
 """The longest key id an error repeats: a 32-byte key in base64 is 43 or 44 characters,
 and one given where its id belongs (``base64key:id``) may fit the id's grammar."""
 
 
-def _shown(key_id: Any) -> str | None:
+def shown(key_id: Any) -> str | None:
     """A key id as an error may repeat it (quoted), or None when it could be a key."""
     if isinstance(key_id, str) and KEY_ID.fullmatch(key_id) and len(key_id) <= _SHOWN_ID:
         return repr(key_id)
@@ -59,8 +59,8 @@ def _entry(place: int, total: int, key_id: Any) -> str:
     """A key ring entry as an error names it: its place, and its id when that cannot
     be a key (never what the entry holds)."""
     where = f"key ring entry {place} of {total}"
-    shown = _shown(key_id)
-    return f"{where} ({shown})" if shown else where
+    named = shown(key_id)
+    return f"{where} ({named})" if named else where
 
 
 def _decode_key(where: str, key: str | bytes) -> bytes:
@@ -70,9 +70,9 @@ def _decode_key(where: str, key: str | bytes) -> bytes:
             key = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
         except (binascii.Error, ValueError):
             raise ConfigError(f"{where}: the key is not base64") from None
-    if not isinstance(key, bytes) or len(key) != _KEY_BYTES:
+    if not isinstance(key, bytes) or len(key) != KEY_BYTES:
         got = len(key) if isinstance(key, bytes) else type(key).__name__
-        raise ConfigError(f"{where}: a key must be {_KEY_BYTES} bytes (AES-256), not {got}")
+        raise ConfigError(f"{where}: a key must be {KEY_BYTES} bytes (AES-256), not {got}")
     return key
 
 

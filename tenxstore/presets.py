@@ -94,7 +94,7 @@ class PgCheckpointer(CachedCheckpointer):
             is invalid.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (a repository's settings and a cache's, keyword-only)
         self,
         postgres_dsn: str | None = None,
         pg_pool: Any = None,

@@ -53,7 +53,7 @@ from .sqlite_driver import (
 )
 from .sqlite_hotpath import (
     HotPath,
-    _Ticket,  # noqa: F401  # tests/contract/test_cancellation.py imports it from here
+    Ticket,  # noqa: F401  # tests/contract/test_cancellation.py imports it from here
 )
 
 log = logging.getLogger(__name__)

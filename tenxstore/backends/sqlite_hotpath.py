@@ -35,7 +35,7 @@ _T = TypeVar("_T")
 __all__ = ["HotPath"]
 
 
-class _Ticket:
+class Ticket:
     """One write in a worker thread, and the way to stop it: a cancelled caller sets
     ``cancelled`` and interrupts the connection, so the write rolls back instead of
     committing after the call has ended.
@@ -201,7 +201,7 @@ class HotPath:
         rolls back when it returns None or raises. A cancelled caller stops the
         write (it rolls back unless it had committed already) and waits for the
         thread to finish, so nothing commits after the call has ended."""
-        ticket = _Ticket()
+        ticket = Ticket()
         done: asyncio.Future[_T | None] = asyncio.get_running_loop().run_in_executor(
             self._pool("write"), functools.partial(self.write, work, ticket)
         )
@@ -221,16 +221,16 @@ class HotPath:
         row = self._reading(lambda cursor: self.execute(cursor, stmt, values).fetchone())
         return None if row is None else Head(row[0], row[1], row[3], row[2])
 
-    def commit(self, write: HeadWrite, ticket: _Ticket | None = None) -> Head | None:
+    def commit(self, write: HeadWrite, ticket: Ticket | None = None) -> Head | None:
         """The common state write (see :class:`HeadWrite`) under the write lock."""
         return self.write(lambda cursor: self._commit(cursor, write), ticket)
 
-    def write(self, work: Callable[[Any], _T | None], ticket: _Ticket | None = None) -> _T | None:
+    def write(self, work: Callable[[Any], _T | None], ticket: Ticket | None = None) -> _T | None:
         """``work(cursor)`` under the write lock: committed when it returns a value."""
         connection = self.engine.raw_connection()
         driver = connection.driver_connection
         assert driver is not None
-        ticket = ticket or _Ticket()
+        ticket = ticket or Ticket()
         ticket.attach(driver)
         turn = False
         try:
@@ -263,7 +263,7 @@ class HotPath:
                 self._turn.release()
             connection.close()
 
-    def _take_turn(self, ticket: _Ticket) -> bool:
+    def _take_turn(self, ticket: Ticket) -> bool:
         """This process's turn to write, waited for up to ``lock_timeout`` (then
         LockTimeout, as SQLite's own wait would end); False when the caller is gone."""
         if self._turn.acquire(blocking=False):
@@ -292,7 +292,7 @@ class HotPath:
         self._sent(stmt.sql)
         cursor.executemany(stmt.sql, [stmt.args(row) for row in rows])
 
-    def _begin(self, cursor: Any, ticket: _Ticket) -> bool:
+    def _begin(self, cursor: Any, ticket: Ticket) -> bool:
         """BEGIN IMMEDIATE, waiting for the write lock up to ``lock_timeout`` in slices;
         False when the caller is gone meanwhile."""
         started = time.monotonic()

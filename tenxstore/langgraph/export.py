@@ -32,9 +32,9 @@ async def _tuples(
     if not isinstance(source, TenxCheckpointSaver) or not found:
         return [(t, {}) for t in found]
     # the task paths are in its rows (read after the checkpoints the caller may see)
-    store = source._tables._store
+    store = source.checkpointer.store
     w = store.tables.lg_writes
-    thread = source._tables.thread_id_of(source._scoped(config))
+    thread = source.checkpointer.langgraph.thread_id_of(source.scoped(config))
     rows = await store.read(
         select(w.c.checkpoint_ns, w.c.checkpoint_id, w.c.task_id, w.c.task_path).where(
             w.c.thread_id == thread

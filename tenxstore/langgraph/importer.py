@@ -93,7 +93,7 @@ def _repository(target: Any) -> Any:
 class _Importer:
     def __init__(self, source: Source, target: Any, options: dict[str, Any]) -> None:
         self.source, self.repo = source, _repository(target)
-        self.store, self.tables = self.repo._store, self.repo.langgraph
+        self.store, self.tables = self.repo.store, self.repo.langgraph
         self.saver = TenxCheckpointSaver(
             self.repo,
             history_limit=None,
@@ -447,7 +447,7 @@ async def _import(
     if dry_run:  # the target's schema and keys are checked before any thread
         await repo.astore_id()
     else:
-        await repo._store.ensure_writable()
+        await repo.store.ensure_writable()
     importer = _Importer(source, repo, options)
     done = importer.done
     done.source = source.version

@@ -28,7 +28,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 
 from ..errors import ConfigError
 from ..memory.store import MemoryStore
-from ..memory.sync import _blocking as run_blocking
+from ..memory.sync import blocking as run_blocking
 from ..memory.validation import (
     DEFAULT_NAMESPACE,
     check_namespace,

@@ -176,7 +176,7 @@ class TenxCheckpointSaver(SyncSaver):
             auth_policy=self.auth_policy,
         )
 
-    def _scoped(self, config: RunnableConfig | None) -> dict[str, Any]:
+    def scoped(self, config: RunnableConfig | None) -> dict[str, Any]:
         """The run config tenxstore reads: LangGraph's ``configurable`` with the saver's
         user and policy filled in where it has none of its own."""
         conf = configurable(config)
@@ -200,7 +200,7 @@ class TenxCheckpointSaver(SyncSaver):
         """
         if unusable(thread_id):
             raise MissingThreadId(f"{what} needs a thread id, not {thread_id!r}")
-        config = self._scoped({"configurable": {"thread_id": thread_id}})
+        config = self.scoped({"configurable": {"thread_id": thread_id}})
         conf = config["configurable"]
         unbound = conf.get("user_id") is None and conf.get("auth_policy") is None
         if unbound and self.checkpointer.enforce_user_isolation:
@@ -267,7 +267,7 @@ class TenxCheckpointSaver(SyncSaver):
             StaleStateError: Another writer already committed a checkpoint after the
                 parent this one was built on.
         """
-        scoped = self._scoped(config)
+        scoped = self.scoped(config)
         conf = scoped["configurable"]
         check_thread(config, conf, "aput")
         limits = self._tables.limits
@@ -314,7 +314,7 @@ class TenxCheckpointSaver(SyncSaver):
         task_path: str = "",
     ) -> None:
         """Store the writes a task made against the checkpoint in ``config``."""
-        scoped = self._scoped(config)
+        scoped = self.scoped(config)
         conf = scoped["configurable"]
         check_thread(config, conf, "aput_writes")
         limits = self._tables.limits
@@ -349,7 +349,7 @@ class TenxCheckpointSaver(SyncSaver):
         """
         if isinstance(run_ids, str) or not all(isinstance(r, str) for r in run_ids):
             raise ConfigError("run_ids must be a sequence of str")
-        config = self._scoped(None)
+        config = self.scoped(None)
         conf = config["configurable"]
         unbound = conf.get("user_id") is None and conf.get("auth_policy") is None
         if unbound and self.checkpointer.enforce_user_isolation:
@@ -392,7 +392,7 @@ class TenxCheckpointSaver(SyncSaver):
     @traced(prefix="langgraph.")
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint named in ``config``, or the namespace's newest."""
-        scoped = self._scoped(config)
+        scoped = self.scoped(config)
         conf = scoped["configurable"]
         # Without a thread, the read below would list every thread the user has, and
         # the run would go on in the newest one: never guess a thread.
@@ -418,7 +418,7 @@ class TenxCheckpointSaver(SyncSaver):
     ) -> AsyncIterator[CheckpointTuple]:
         """Checkpoints newest first, by thread, namespace, metadata (``filter``, narrowed
         in SQL) and ``before``."""
-        scoped = self._scoped(config)
+        scoped = self.scoped(config)
         conf = scoped["configurable"]
         if "thread_id" in conf and unusable(conf["thread_id"]):
             # absent lists every thread the caller may see; None or "" is a mistake
@@ -444,7 +444,7 @@ class TenxCheckpointSaver(SyncSaver):
         as the seed."""
         if not channels:
             return {}
-        scoped = self._scoped(config)
+        scoped = self.scoped(config)
         conf = scoped["configurable"]
         check_thread(config, conf, "aget_delta_channel_history")
         ns = conf.get("checkpoint_ns", "")

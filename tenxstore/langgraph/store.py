@@ -33,7 +33,7 @@ from ..errors import ConfigError
 from ..memory import search
 from ..memory.expiry import Refresh, arefresh
 from ..memory.store import MemoryStore
-from ..memory.sync import _blocking as run_blocking  # the memory store's loop and pool
+from ..memory.sync import blocking as run_blocking  # the memory store's loop and pool
 from ..memory.validation import (
     MAX_LIMIT,
     MAX_QUERY,
@@ -188,7 +188,7 @@ class TenxStore(TTLSweeper, BaseStore):
         if index is not None:
             memory_store, self.index_config, self._fields = _indexed(memory_store, index)
         self.memory_store = memory_store
-        self._kind = memory_store._store.settings.user_id_type
+        self._kind = memory_store.base.settings.user_id_type
         self.user_id = None if user_id is None else check_scoped_user(user_id, self._kind)
         self.auth_policy = check_policy(auth_policy)
         self.ttl_config = check_ttl_config(ttl)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, cast
 from langgraph.store.base import TTLConfig
 
 from ..errors import ConfigError
-from ..memory.sync import _blocking as run_blocking
+from ..memory.sync import blocking as run_blocking
 from .items import check_ttl_minutes
 
 if TYPE_CHECKING:

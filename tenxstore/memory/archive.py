@@ -160,7 +160,7 @@ def memory_from_json(data: Any) -> MemoryExport:
 async def export_memories(memory_store: Any, user_id: Any = None) -> AsyncIterator[MemoryExport]:
     """Every memory not expired (of ``user_id`` only, when given) with its retained
     versions, in id order, read a batch at a time (each batch in one snapshot)."""
-    store, rows = memory_store._store, memory_store._rows
+    store, rows = memory_store.base, memory_store.rows
     m, v = rows.m, rows.v
     if user_id is not None:
         user_id = check_user(user_id, store.settings.user_id_type)
@@ -188,7 +188,7 @@ async def export_memories(memory_store: Any, user_id: Any = None) -> AsyncIterat
 
 def _checked(memory_store: Any, export: MemoryExport, label: str | None) -> dict[str, Any]:
     """The rows of one export, every field checked (errors prefixed with ``label``)."""
-    store = memory_store._store
+    store = memory_store.base
     try:
         if not isinstance(export, MemoryExport) or not export.versions:
             raise ConfigError("expected a MemoryExport with at least one version")
@@ -222,7 +222,7 @@ async def _write_one(
 ) -> str:
     """One memory, under its row's lock: ``created``, ``unchanged``, ``skipped`` or
     ``replaced``."""
-    rows = memory_store._rows
+    rows = memory_store.rows
     user_id, namespace, key = checked["identity"]
     versions = checked["versions"]
     found = (await conn.execute(rows.lock, rows.one(user_id, namespace, key))).first()
@@ -264,7 +264,7 @@ async def _over(
     Raises:
         ImportConflict: The memory is there with other versions (``"fail"``).
     """
-    store, rows = memory_store._store, memory_store._rows
+    store, rows = memory_store.base, memory_store.rows
     user_id, namespace, key = checked["identity"]
     versions = checked["versions"]
     now = store.now()
@@ -290,7 +290,7 @@ async def _insert_head(
     Raises:
         ImportConflict: Another writer stored the memory meanwhile.
     """
-    store, rows = memory_store._store, memory_store._rows
+    store, rows = memory_store.base, memory_store.rows
     user_id, namespace, key = checked["identity"]
     head, text, meta = checked["versions"][0]
     terms = None
@@ -344,7 +344,7 @@ async def import_memories(
     counted: collections.Counter[str] = collections.Counter()
     if not checked:
         return counted
-    store, rows = memory_store._store, memory_store._rows
+    store, rows = memory_store.base, memory_store.rows
     ordered = sorted(checked, key=lambda c: tuple(map(str, c["identity"])))
     first = ordered[0]["identity"]
     async with store.write_rows(rows.lock, rows.one(*first)) as (conn, _):

@@ -37,18 +37,18 @@ async def arefresh(store: MemoryStore, user_id: Any, items: Sequence[Refresh]) -
     in a fixed order, so two refreshes cannot deadlock); how many were refreshed."""
     if not items:
         return 0
-    owner = check_user(user_id, store._store.settings.user_id_type)
+    owner = check_user(user_id, store.base.settings.user_id_type)
     wanted = sorted(
         {(check_namespace(i.namespace), i.key): i for i in items}.items(), key=lambda kv: kv[0]
     )
-    rows = store._rows
+    rows = store.rows
     m = rows.m
     (ns, key), _ = wanted[0]
     done = 0
     # Nothing sealed is written (only a time), so a store without a key ring may do it.
     lock = rows.one(owner, ns, key)
-    async with store._store.write_rows(rows.lock, lock, deletes_only=True) as (conn, _):
-        now = store._store.now()
+    async with store.base.write_rows(rows.lock, lock, deletes_only=True) as (conn, _):
+        now = store.base.now()
         for (ns, key), item in wanted:
             result = await conn.execute(
                 update(m)

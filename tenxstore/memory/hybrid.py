@@ -45,12 +45,12 @@ async def search_by_meaning(
     mode: str,
 ) -> list[MemoryHit]:
     """``asearch`` in ``mode`` ``"vector"`` or ``"hybrid"`` (its arguments checked)."""
-    vectors = store._vectors
+    vectors = store.vectors
     assert vectors is not None
     await vectors.check_model()
     query = await vectors.query(text)  # before any transaction
     words = search.query_words(text) if mode == "hybrid" and store.keyword_index else []
-    base, rows = store._store, store._rows
+    base, rows = store.base, store.rows
     m = rows.m
     count = max(CANDIDATES, limit * (4 if keep is None else 10))
     while True:
@@ -144,9 +144,9 @@ async def reembed(
     either: nothing tells it from one never embedded). A memory whose text is None
     (or empty) has its stale vector deleted, in the batch's transaction.
     """
-    vectors = Vectors(store._store, store._rows, chosen)
+    vectors = Vectors(store.base, store.rows, chosen)
     await vectors.detect()  # pgvector's column written too, where it is enabled
-    base, rows = store._store, store._rows
+    base, rows = store.base, store.rows
     m, vt = rows.m, rows.vt
     done, after = 0, 0
     stale = (vt.c.model_id != chosen.model_id) | (vt.c.dims != chosen.dims)
@@ -176,7 +176,7 @@ def _texts_of(
 ) -> tuple[dict[int, tuple[int, str]], dict[int, int]]:
     """The batch's memories with a text to embed (id: version and text), and those
     without one (id: version), whose stale vector is deleted."""
-    rows = store._rows
+    rows = store.rows
     texts: dict[int, tuple[int, str]] = {}
     empty: dict[int, int] = {}  # no text: its stale vector is deleted
     for row in batch:
@@ -198,7 +198,7 @@ async def _write_batch(
 ) -> int:
     """One batch's vectors written (and stale ones deleted) in its own transaction,
     skipping each memory written since it was read; how many were written."""
-    base, rows = store._store, store._rows
+    base, rows = store.base, store.rows
     m, vt = rows.m, rows.vt
     done = 0
     lock = (

@@ -24,7 +24,7 @@ async def search_by_words(
     found = search.query_words(text)
     if not found or not limit:
         return []
-    base, rows = store._store, store._rows
+    base, rows = store.base, store.rows
     stmt = search.ranked(base.backend.keywords, rows.m, found, rows.scope(users, ns, base.now()))
     hits: list[MemoryHit] = []
     page = limit if keep is None else max(limit, _PAGE)

@@ -105,20 +105,22 @@ class MemoryStore(SyncTwins):
         self.repository, self._owns = open_repository(
             url_or_checkpointer, schema, keys, enforce_user_isolation, repository_options
         )
-        store: Store = self.repository._store
-        self._store = store
+        store: Store = self.repository.store
+        self.base = store
+        """The repository's :class:`~tenxstore.store.Store`, which the memory modules share."""
         self.enforce_user_isolation = (
             store.settings.enforce_user_isolation
             if enforce_user_isolation is None
             else enforce_user_isolation
         )
         self.memory_history_limit = memory_history_limit
-        self._rows = MemoryRows(store, memory_history_limit)
-        self.lifecycle = MemoryLifecycle(store, self._rows)
+        self.rows = MemoryRows(store, memory_history_limit)
+        """The memory tables' statements and write steps
+        (:class:`~tenxstore.memory.rows.MemoryRows`)."""
+        self.lifecycle = MemoryLifecycle(store, self.rows)
         """Sweeps and bulk deletes (:class:`~tenxstore.memory.lifecycle.MemoryLifecycle`)."""
-        self._vectors = (
-            None if self.embedding is None else Vectors(store, self._rows, self.embedding)
-        )
+        self.vectors = None if self.embedding is None else Vectors(store, self.rows, self.embedding)
+        """The vectors of this store's embedding (None without one)."""
 
     def with_embedding(self, embedding: Any) -> MemoryStore:
         """This store's memories (its database, key ring, isolation, history limit and
@@ -136,12 +138,12 @@ class MemoryStore(SyncTwins):
     @property
     def backend(self) -> Backend:
         """The backend of the database the memories are in (the checkpointer's)."""
-        return self._store.backend
+        return self.base.backend
 
     @property
     def keys(self) -> KeyRing | None:
         """The key ring content and metadata are sealed with, or None."""
-        return self._store.keys
+        return self.base.keys
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -149,16 +151,16 @@ class MemoryStore(SyncTwins):
         """Migrate the database to head (the checkpointer's migrations, which make the
         memories' tables); idempotent and safe from many processes."""
         await self.repository.asetup()
-        if self._vectors is not None:
-            await self._vectors.check_model()
+        if self.vectors is not None:
+            await self.vectors.check_model()
 
     def setup(self) -> None:
         """Synchronous :meth:`asetup`, with or without a running event loop."""
         self.repository.setup()
-        if self._vectors is not None:
-            from .sync import _blocking
+        if self.vectors is not None:
+            from .sync import blocking
 
-            _blocking(self._vectors.check_model(), "asetup")
+            blocking(self.vectors.check_model(), "asetup")
 
     async def aclose(self) -> None:
         """Close the connections, if the store opened them (one made from a
@@ -181,7 +183,7 @@ class MemoryStore(SyncTwins):
     def _owner(self, user_id: Any, auth_policy: AuthPolicy | None) -> Any:
         """The user of a call that names one memory: required, isolated or not (and,
         isolated, not the reserved owner of shared items)."""
-        kind = self._store.settings.user_id_type
+        kind = self.base.settings.user_id_type
         if self._isolated(auth_policy):
             return check_scoped_user(user_id, kind)
         return check_user(user_id, kind)
@@ -189,7 +191,7 @@ class MemoryStore(SyncTwins):
     def _users(self, user_id: Any, auth_policy: AuthPolicy | None) -> Any:
         """The user a listing or search is scoped to; None (every user's) when
         isolation does not apply to the call."""
-        kind = self._store.settings.user_id_type
+        kind = self.base.settings.user_id_type
         if self._isolated(auth_policy):
             return check_scoped_user(user_id, kind)
         check_user(user_id, kind, optional=True)
@@ -259,10 +261,10 @@ class MemoryStore(SyncTwins):
         """The memory, or None (never stored, deleted, expired, or another user's)."""
         owner = self._owner(user_id, auth_policy)
         ns, name = check_namespace(namespace), check_key(key)
-        rows = self._rows
+        rows = self.rows
         m = rows.m
-        clauses = rows.scope(owner, ns, self._store.now(), exact=True)
-        found = await self._store.read(select(*m.c).where(*clauses, m.c.memory_key == name))
+        clauses = rows.scope(owner, ns, self.base.now(), exact=True)
+        found = await self.base.read(select(*m.c).where(*clauses, m.c.memory_key == name))
         return rows.memory(found[0]) if found else None
 
     @traced(write=True, prefix="memory.")
@@ -306,7 +308,7 @@ class MemoryStore(SyncTwins):
         new = writes.written(self, content, metadata, keep_metadata=True)
         if embed is not None and not isinstance(embed, (bool, str)):
             raise ConfigError(f"embed must be True, False, a text or None, not {embed!r}")
-        if embed is None and content is not None and self._vectors is not None:
+        if embed is None and content is not None and self.vectors is not None:
             embed = await writes.has_vector(self, owner, ns, name)
         blob = await writes.vector(self, content, True if embed is None else embed)
         return await writes.update(self, owner, ns, name, new, blob, expected_version)
@@ -339,8 +341,8 @@ class MemoryStore(SyncTwins):
         ``memory_history_limit``; [] when there is no such memory."""
         owner = self._owner(user_id, auth_policy)
         ns, name = check_namespace(namespace), check_key(key)
-        async with self._store.snapshot() as conn:
-            return await self._rows.history(conn, owner, ns, name, self._store.now())
+        async with self.base.snapshot() as conn:
+            return await self.rows.history(conn, owner, ns, name, self.base.now())
 
     @traced(prefix="memory.")
     async def alist(
@@ -357,16 +359,16 @@ class MemoryStore(SyncTwins):
         users = self._users(user_id, auth_policy)
         ns = check_namespace(namespace, empty=True)
         limit, offset = check_search_limit(limit), check_offset(offset)
-        rows = self._rows
+        rows = self.rows
         m = rows.m
         stmt = (
             select(*m.c)
-            .where(*rows.scope(users, ns, self._store.now()))
+            .where(*rows.scope(users, ns, self.base.now()))
             .order_by(m.c.updated_at.desc(), m.c.id.desc())
             .limit(limit)
             .offset(offset)
         )
-        return [rows.memory(row) for row in await self._store.read(stmt)]
+        return [rows.memory(row) for row in await self.base.read(stmt)]
 
     @traced(prefix="memory.")
     async def alist_namespaces(
@@ -391,11 +393,11 @@ class MemoryStore(SyncTwins):
         if max_depth is not None and (not is_int(max_depth) or max_depth < 1):
             raise ConfigError(f"max_depth must be an int of at least 1, not {max_depth!r}")
         limit, offset = check_search_limit(limit), check_offset(offset)
-        rows = self._rows
+        rows = self.rows
         m = rows.m
-        stmt = select(m.c.namespace).where(*rows.scope(users, start, self._store.now()))
+        stmt = select(m.c.namespace).where(*rows.scope(users, start, self.base.now()))
         found: set[tuple[str, ...]] = set()
-        for row in await self._store.read(stmt.distinct()):
+        for row in await self.base.read(stmt.distinct()):
             labels = split(row.namespace)
             if suffix and labels[-len(suffix) :] != suffix:
                 continue
@@ -441,10 +443,10 @@ class MemoryStore(SyncTwins):
         threshold = check_threshold(score_threshold)
         keep = check_filter(filter)
         if mode is None:
-            mode = "keyword" if self._vectors is None else "hybrid"
+            mode = "keyword" if self.vectors is None else "hybrid"
         elif mode not in _MODES:
             raise ConfigError(f"mode must be 'hybrid', 'vector' or 'keyword', not {mode!r}")
-        if mode != "keyword" and self._vectors is None:
+        if mode != "keyword" and self.vectors is None:
             raise ConfigError(
                 f"mode={mode!r} searches by meaning: give the store an embedding "
                 "(MemoryStore(..., embedding=...)), or search with mode='keyword'"
@@ -453,7 +455,7 @@ class MemoryStore(SyncTwins):
             if not self.keyword_index:
                 raise ConfigError(
                     "this store keeps no keyword index (keyword_index=False): keyword "
-                    "search needs it" + ("" if self._vectors else "; or give it an embedding")
+                    "search needs it" + ("" if self.vectors else "; or give it an embedding")
                 )
             return await keyword.search_by_words(self, users, ns, text, limit, threshold, keep)
         if not limit:

@@ -29,7 +29,7 @@ T = TypeVar("T")
 _SYNC = BackgroundLoop("tenxstore-memory")
 
 
-def _blocking(work: Awaitable[T], what: str) -> T:
+def blocking(work: Awaitable[T], what: str) -> T:
     """Run ``work`` on the background loop and wait for it, from this thread or (when
     this thread runs an event loop) from a helper thread."""
     try:
@@ -79,7 +79,7 @@ class SyncTwins:
             auth_policy=auth_policy,
             embed=embed,
         )
-        return _blocking(work, "astore")
+        return blocking(work, "astore")
 
     def search(
         self,
@@ -104,7 +104,7 @@ class SyncTwins:
             auth_policy=auth_policy,
             mode=mode,
         )
-        return _blocking(work, "asearch")
+        return blocking(work, "asearch")
 
     def get(
         self,
@@ -116,7 +116,7 @@ class SyncTwins:
     ) -> Memory | None:
         """Synchronous :meth:`~tenxstore.MemoryStore.aget`."""
         work = self.aget(user_id, key, namespace=namespace, auth_policy=auth_policy)
-        return _blocking(work, "aget")
+        return blocking(work, "aget")
 
     def update(
         self,
@@ -141,7 +141,7 @@ class SyncTwins:
             auth_policy=auth_policy,
             embed=embed,
         )
-        return _blocking(work, "aupdate")
+        return blocking(work, "aupdate")
 
     def delete(
         self,
@@ -153,7 +153,7 @@ class SyncTwins:
     ) -> bool:
         """Synchronous :meth:`~tenxstore.MemoryStore.adelete`."""
         work = self.adelete(user_id, key, namespace=namespace, auth_policy=auth_policy)
-        return _blocking(work, "adelete")
+        return blocking(work, "adelete")
 
     def history(
         self,
@@ -165,7 +165,7 @@ class SyncTwins:
     ) -> builtins.list[Memory]:
         """Synchronous :meth:`~tenxstore.MemoryStore.ahistory`."""
         work = self.ahistory(user_id, key, namespace=namespace, auth_policy=auth_policy)
-        return _blocking(work, "ahistory")
+        return blocking(work, "ahistory")
 
     def list(
         self,
@@ -180,7 +180,7 @@ class SyncTwins:
         work = self.alist(
             user_id, namespace=namespace, limit=limit, offset=offset, auth_policy=auth_policy
         )
-        return _blocking(work, "alist")
+        return blocking(work, "alist")
 
     def list_namespaces(
         self,
@@ -203,11 +203,11 @@ class SyncTwins:
             offset=offset,
             auth_policy=auth_policy,
         )
-        return _blocking(work, "alist_namespaces")
+        return blocking(work, "alist_namespaces")
 
     def sweep_expired(self, *, batch_size: int = 500) -> int:
         """Synchronous :meth:`~tenxstore.MemoryStore.asweep_expired`."""
-        return _blocking(self.asweep_expired(batch_size=batch_size), "asweep_expired")
+        return blocking(self.asweep_expired(batch_size=batch_size), "asweep_expired")
 
     def reembed(
         self,
@@ -219,8 +219,8 @@ class SyncTwins:
     ) -> int:
         """Synchronous :meth:`~tenxstore.MemoryStore.areembed`."""
         work = self.areembed(embedding, batch_size=batch_size, text_of=text_of, missing=missing)
-        return _blocking(work, "areembed")
+        return blocking(work, "areembed")
 
     def close(self) -> None:
         """Synchronous :meth:`~tenxstore.MemoryStore.aclose`."""
-        _blocking(self.aclose(), "aclose")
+        blocking(self.aclose(), "aclose")

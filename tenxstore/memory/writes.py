@@ -41,19 +41,19 @@ def written(
     store: MemoryStore, content: Any, metadata: Any, ttl: Any = None, *, keep_metadata: bool = False
 ) -> Written:
     """A write's values checked and encoded, its keyword terms and its times."""
-    now = store._store.now()
+    now = store.base.now()
     text = None if content is None else check_content(content)
     meta = None if metadata is None and keep_metadata else check_metadata(metadata)
     terms = None
     if text is not None and store.keyword_index:
-        terms = store._store.backend.keywords.terms(search.indexed_words(content))
+        terms = store.base.backend.keywords.terms(search.indexed_words(content))
     return Written(text, meta, terms, now, check_ttl(ttl, now))
 
 
 async def vector(store: MemoryStore, text: str | None, embed: bool | str) -> bytes | None:
     """The stored form of a write's vector (None: none to write), computed before
     its transaction: ``embed`` True embeds ``text``, a str embeds that instead."""
-    vectors = store._vectors
+    vectors = store.vectors
     if vectors is None or text is None or embed is False:
         return None
     await vectors.check_model()
@@ -63,10 +63,10 @@ async def vector(store: MemoryStore, text: str | None, embed: bool | str) -> byt
 async def has_vector(store: MemoryStore, owner: Any, ns: str, name: str) -> bool:
     """Whether the memory has a vector now (read before an update's transaction,
     which embeds before it; a memory not found is the update's to report)."""
-    rows = store._rows
+    rows = store.rows
     m, vt = rows.m, rows.vt
-    clauses = rows.scope(owner, ns, store._store.now(), exact=True)
-    found = await store._store.read(
+    clauses = rows.scope(owner, ns, store.base.now(), exact=True)
+    found = await store.base.read(
         select(vt.c.memory_id)
         .select_from(m.join(vt, vt.c.memory_id == m.c.id))
         .where(*clauses, m.c.memory_key == name)
@@ -79,10 +79,10 @@ async def write_vector(
 ) -> None:
     """Store the write's vector; with none, a write of content drops the old one."""
     if blob is not None:
-        assert store._vectors is not None
-        await store._vectors.write(conn, memory_id, blob)
+        assert store.vectors is not None
+        await store.vectors.write(conn, memory_id, blob)
     elif content_written:  # the old vector is of other content: no vector now
-        vt = store._rows.vt
+        vt = store.rows.vt
         await conn.execute(vt.delete().where(vt.c.memory_id == memory_id))
 
 
@@ -90,8 +90,8 @@ async def put(
     store: MemoryStore, owner: Any, ns: str, name: str, new: Written, blob: bytes | None
 ) -> Memory:
     """``astore``'s transaction: a new memory, or the next version of the one there."""
-    rows = store._rows
-    async with store._store.write_rows(rows.lock, rows.one(owner, ns, name)) as (conn, row):
+    rows = store.rows
+    async with store.base.write_rows(rows.lock, rows.one(owner, ns, name)) as (conn, row):
         if row is not None and not live(row, new.now):
             await rows.remove(conn, [row.id])  # expired: that memory is gone
             row = None
@@ -122,8 +122,8 @@ async def update(
         MemoryNotFound: No such memory alive.
         StaleStateError: The memory is not at ``expected_version``.
     """
-    rows = store._rows
-    async with store._store.write_rows(rows.lock, rows.one(owner, ns, name)) as (conn, row):
+    rows = store.rows
+    async with store.base.write_rows(rows.lock, rows.one(owner, ns, name)) as (conn, row):
         if row is None or not live(row, new.now):
             raise MemoryNotFound(name, split(ns))
         if expected_version is not None and row.version != expected_version:
@@ -150,10 +150,10 @@ def _stale(name: str, ns: str, expected_version: int, version: int) -> StaleStat
 async def delete(store: MemoryStore, owner: Any, ns: str, name: str) -> bool:
     """``adelete``'s transaction: the memory and its history removed; whether it
     was there and alive."""
-    rows = store._rows
-    now = store._store.now()
+    rows = store.rows
+    now = store.base.now()
     lock = rows.one(owner, ns, name)
-    async with store._store.write_rows(rows.lock, lock, deletes_only=True) as (conn, row):
+    async with store.base.write_rows(rows.lock, lock, deletes_only=True) as (conn, row):
         if row is None:
             return False
         await rows.remove(conn, [row.id])

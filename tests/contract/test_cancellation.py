@@ -146,9 +146,9 @@ def test_a_cancel_never_interrupts_a_connection_the_write_has_let_go() -> None:
     to the pool, where the next writer takes it. Once ``detach()`` has returned, no
     interrupt of the ticket reaches the connection (it would end that COMMIT, or an
     innocent writer's statement, with "interrupted")."""
-    from tenxstore.backends.sqlite import _Ticket
+    from tenxstore.backends.sqlite import Ticket
 
-    ticket = _Ticket()
+    ticket = Ticket()
     looked = threading.Event()
     let_go = threading.Event()
     interrupts: list[str] = []

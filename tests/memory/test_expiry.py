@@ -52,7 +52,7 @@ async def test_sweep_deletes_in_batches_with_the_history(
     clock.advance(TTL + 1)
     assert await memories.asweep_expired(batch_size=3) == 7
     assert await memories.asweep_expired(batch_size=3) == 0
-    store, v = memories._store, memories._rows.v
+    store, v = memories.base, memories.rows.v
     assert len(await store.read(v.select())) == 0
     assert [m.key for m in await memories.alist("alice")] == ["stay"]
     with pytest.raises(ConfigError):

@@ -16,7 +16,7 @@ from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp, SearchOp
 from tenxstore import AuthPolicy, ConfigError, MemoryStore, SchemaNotReady, SerializationError
 from tenxstore.langgraph import TenxStore
 from tenxstore.langgraph.items import VALUE_TAG
-from tenxstore.memory.sync import _blocking as run_blocking
+from tenxstore.memory.sync import blocking as run_blocking
 from tests.memory.conftest import Clock
 
 NS = ("prefs",)
@@ -229,7 +229,7 @@ def test_the_sweeper_thread_sweeps_and_stops() -> None:
     store.put(NS, "k", {"v": 1}, ttl=0.001)  # 60 ms; a sweep every 120 ms
 
     def rows() -> list[Any]:
-        return run_blocking(memories._store.read(memories._rows.m.select()), "read")
+        return run_blocking(memories.base.read(memories.rows.m.select()), "read")
 
     future = store.start_ttl_sweeper()
     deadline = time.monotonic() + 10
@@ -287,7 +287,7 @@ async def test_sync_calls_from_a_running_loop_and_across_loops(lg_memories: Memo
 
         return [asyncio.run(use(n)) for n in range(2)]
 
-    if lg_memories.repository._store.backend.name != "memory":  # an in-memory db is one loop's
+    if lg_memories.repository.store.backend.name != "memory":  # an in-memory db is one loop's
         assert await asyncio.to_thread(on_new_loops) == [{"v": 1}, {"v": 1}]
         assert {i.key for i in await store.asearch(NS)} == {"k", "loop0", "loop1"}
 

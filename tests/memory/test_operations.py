@@ -44,11 +44,11 @@ async def test_delete_user_erases_memories_and_their_history(backend: Backend) -
     assert await store.alist("alice", namespace=()) == []
     assert await store.ahistory("alice", "tea") == []
     assert [m.key for m in await store.alist("bob")] == ["coffee"]
-    v = store._rows.v
-    assert await store._store.read(v.select()) == []
+    v = store.rows.v
+    assert await store.base.read(v.select()) == []
     # the scopes' revision stamps named the user and its namespaces: gone with them
-    r = store._rows.r
-    assert {row.user_id for row in await store._store.read(r.select())} == {"bob"}
+    r = store.rows.r
+    assert {row.user_id for row in await store.base.read(r.select())} == {"bob"}
 
 
 async def test_prune_leaves_memories_unless_asked(backend: Backend, clock: Clock) -> None:
@@ -151,10 +151,10 @@ async def test_copy_carries_memories(backend: Backend) -> None:
 async def test_values_are_sealed_and_the_index_is_not(backend: Backend) -> None:
     store = MemoryStore(await backend.make(keys=TEST_KEYS))
     await _seed(store)
-    for table in (store._rows.m, store._rows.v):
-        for row in await store._store.read(table.select()):
+    for table in (store.rows.m, store.rows.v):
+        for row in await store.base.read(table.select()):
             assert row.content.startswith("!tx2:") and row.metadata.startswith("!tx2:")
-    terms = [row.terms for row in await store._store.read(store._rows.m.select())]
+    terms = [row.terms for row in await store.base.read(store.rows.m.select())]
     assert any(t is not None and "tea" in t for t in terms)  # the index leaks words
     usage = await akey_usage(store.repository)
     assert usage.plaintext == 0 and sum(usage.by_key.values()) == 8

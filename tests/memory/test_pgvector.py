@@ -73,7 +73,7 @@ async def test_enable_is_idempotent_and_fills_the_column(vector_url: str, schema
     assert "not enabled" in (await doctor_line(repo.store) or "")
     exact = MemoryStore(repo, embedding=HashingEmbedding())
     await exact.astore("alice", "Alice drinks a double espresso", key="coffee")
-    assert exact._vectors is not None and exact._vectors.pg is None  # not enabled yet
+    assert exact.vectors is not None and exact.vectors.pg is None  # not enabled yet
     store = repo.store
     for _ in range(2):
         async with store.backend.connect() as conn, conn.begin():
@@ -103,7 +103,7 @@ async def test_without_the_extension_doctor_says_so_and_search_is_exact(tmp_path
     assert line is not None and "available on the server, not created" in line
     store = MemoryStore(repo, embedding=HashingEmbedding())
     await store.astore("alice", "Alice drinks a double espresso", key="coffee")
-    assert store._vectors is not None and store._vectors.pg is None
+    assert store.vectors is not None and store.vectors.pg is None
     assert (await store.asearch("alice", "espressos"))[0].memory.key == "coffee"
     await repo.aclose()
 
@@ -120,7 +120,7 @@ async def test_search_goes_through_the_index_and_never_across_tenants(
     for n in range(8):
         await store.astore("alice", f"Alice note {n} about espresso", key=f"a{n}")
     await store.astore("alice", "espresso elsewhere", key="w", namespace=("work",))
-    vectors = store._vectors
+    vectors = store.vectors
     assert vectors is not None and vectors.pg is not None
     for mode in ("vector", "hybrid"):
         hits = await store.asearch("alice", "espresso vegetarian", limit=5, mode=mode)  # type: ignore[arg-type]
@@ -187,8 +187,8 @@ async def test_writes_deletes_and_reembed_keep_the_column(
     assert await store.areembed(small) == 1
     redone = MemoryStore(repo, embedding=small)
     assert (await redone.asearch("alice", "vegetarians", mode="vector"))[0].memory.key == "diet"
-    assert redone._vectors is not None and redone._vectors.pg is not None
-    vt = store._rows.vt
+    assert redone.vectors is not None and redone.vectors.pg is not None
+    vt = store.rows.vt
     old = select(func.count()).select_from(vt).where(vt.c.model_id != "small")
     assert (await repo.store.read(old))[0][0] == 1  # the expired one's, never compared
     await repo.aclose()
@@ -223,7 +223,7 @@ async def test_a_scan_that_stops_short_is_answered_exactly(vector_url: str, sche
         )
     for n in range(8):
         await store.astore("alice", f"Alice note {n} about espresso", key=f"a{n}")
-    vectors = store._vectors
+    vectors = store.vectors
     assert vectors is not None and vectors.pg is not None and vectors.hnsw
     query = vectors.embedding.embed_query("espresso vegetarian")
     async with repo.store.backend.connect() as conn, conn.begin():  # the index alone
@@ -245,12 +245,12 @@ async def test_rows_written_without_the_column_are_found(vector_url: str, schema
     async with repo.store.backend.connect() as conn, conn.begin():
         await aenable(conn, schema)
     await before.astore("alice", "Alice drinks a double espresso", key="coffee")
-    assert before._vectors is not None and before._vectors.pg is None
+    assert before.vectors is not None and before.vectors.pg is None
     after = MemoryStore(repo, embedding=HashingEmbedding())
     for mode in ("vector", "hybrid"):
         hits = await after.asearch("alice", "espresso", limit=1, mode=mode)  # type: ignore[arg-type]
         assert [h.memory.key for h in hits] == ["coffee"], mode
-    assert after._vectors is not None and after._vectors.pg is not None
+    assert after.vectors is not None and after.vectors.pg is not None
     await repo.aclose()
 
 
@@ -277,7 +277,7 @@ async def test_a_role_that_does_not_own_the_tables(
         try:  # the index exists: found in the catalog, never made again
             await app.astore("alice", "Alice has a golden retriever", key="pet")
             assert (await app.asearch("alice", "espresso"))[0].memory.key == "coffee"
-            assert app._vectors is not None and app._vectors.hnsw
+            assert app.vectors is not None and app.vectors.hnsw
         finally:
             await app.aclose()
         small = HashingEmbedding(dims=64, model_id="small")
@@ -287,8 +287,8 @@ async def test_a_role_that_does_not_own_the_tables(
                 assert await app.areembed() == 2
                 hits = await app.asearch("alice", "retrievers", mode="vector")
             assert hits[0].memory.key == "pet"
-            assert app._vectors is not None and app._vectors.pg is not None
-            assert not app._vectors.hnsw
+            assert app.vectors is not None and app.vectors.pg is not None
+            assert not app.vectors.hnsw
             assert "could not be made" in caplog.text
         finally:
             await app.aclose()

@@ -51,8 +51,8 @@ async def test_postgresql_search_uses_the_gin_index(tmp_path: Path) -> None:
              "terms": f"word{n} common", "version": 1}
             for n in range(3000)
         ]  # fmt: skip
-        now = store._store.now()
-        m = store._rows.m
+        now = store.base.now()
+        m = store.rows.m
         async with store.repository.engine.begin() as conn:
             await conn.execute(
                 m.insert(), [{**r, "created_at": now, "updated_at": now} for r in rows]
@@ -61,7 +61,7 @@ async def test_postgresql_search_uses_the_gin_index(tmp_path: Path) -> None:
         from tenxstore.memory import search
 
         stmt = search.ranked(
-            store._store.backend.keywords, m, ["word7"], store._rows.scope(None, None, now)
+            store.base.backend.keywords, m, ["word7"], store.rows.scope(None, None, now)
         )
         compiled = stmt.compile(
             store.repository.engine.sync_engine, compile_kwargs={"literal_binds": True}

@@ -126,8 +126,8 @@ async def test_a_store_without_a_keyword_index(backend: Backend) -> None:
     await store.astore("alice", "secret words", key="k")
     with pytest.raises(ConfigError, match="keeps no keyword index"):
         await store.asearch("alice", "secret")
-    table = store._rows.m
-    [row] = await store._store.read(table.select())
+    table = store.rows.m
+    [row] = await store.base.read(table.select())
     assert row.terms is None
     with_index = MemoryStore(store.repository)
     assert await with_index.asearch("alice", "secret") == []  # nothing was indexed
@@ -167,7 +167,7 @@ async def test_sqlite_runs_a_match_once_not_once_per_memory(tmp_path: Path) -> N
         await memories.asetup()
         for n in range(20):
             await memories.astore("alice", f"green tea in the morning, cup {n}", key=f"k{n}")
-        store, rows = memories._store, memories._rows
+        store, rows = memories.base, memories.rows
         stmt = search.ranked(
             store.backend.keywords,
             rows.m,

@@ -45,8 +45,8 @@ async def _fill(store: MemoryStore, user: str = "alice") -> None:
 
 
 async def _vectors(store: MemoryStore) -> int:
-    vt = store._rows.vt
-    return int((await store._store.read(select(func.count()).select_from(vt)))[0][0])
+    vt = store.rows.vt
+    return int((await store.base.read(select(func.count()).select_from(vt)))[0][0])
 
 
 class Broken:
@@ -134,9 +134,9 @@ async def test_reembed_resumes_where_it_stopped(store_backend: Backend) -> None:
 
     with pytest.raises(EmbeddingError):
         await store.areembed(Interrupted(dims=64, model_id="new-model"), batch_size=5)
-    vt = store._rows.vt
+    vt = store.rows.vt
     done = select(func.count()).select_from(vt).where(vt.c.model_id == "new-model")
-    assert (await store._store.read(done))[0][0] == 10  # two batches of five, each whole
+    assert (await store.base.read(done))[0][0] == 10  # two batches of five, each whole
     with pytest.raises(ConfigError):  # half done: not a store of either model yet
         await MemoryStore(cp, embedding=new).asearch("alice", "espresso")
     assert await store.areembed(new, batch_size=5) == 14  # the rest, not the first ten again
@@ -329,7 +329,7 @@ async def test_another_process_write_is_seen(store_backend: Backend) -> None:
 def test_sync_twins(tmp_path: Path) -> None:
     store = MemoryStore(f"sqlite:///{tmp_path / 'sync.db'}", embedding=HashingEmbedding())
     store.setup()
-    store.store("alice", "Alice drinks a double espresso", key="coffee")
+    store.base("alice", "Alice drinks a double espresso", key="coffee")
     assert store.search("alice", "espressos", mode="vector")[0].memory.key == "coffee"
     assert store.reembed(HashingEmbedding(dims=32, model_id="small")) == 1
     store.close()

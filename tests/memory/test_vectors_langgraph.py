@@ -53,8 +53,8 @@ async def test_fields_and_index_false(lg_memories: MemoryStore) -> None:
         ("facts",), "other", {"text": "x", "note": "Alice plays cello"}, index=["note"]
     )
     await store.aput(("facts",), "nothing", {"note": "no text field here"})
-    vt = lg_memories._rows.vt
-    assert len(await lg_memories._store.read(vt.select())) == 1  # only "other" has a vector
+    vt = lg_memories.rows.vt
+    assert len(await lg_memories.base.read(vt.select())) == 1  # only "other" has a vector
     top = await store.asearch(("facts",), query="cellos", limit=1)
     assert [i.key for i in top] == ["other"]
     # index=False: no vector, yet its words still find it (hybrid keeps keyword hits)
@@ -140,10 +140,10 @@ async def test_no_index_over_a_store_with_an_embedding_keeps_vectors(
     store = TenxStore(vstore, user_id="alice")  # no index=: the store's embedding, "$"
     assert store.index_config is not None and store.index_config["dims"] == 256
     await store.aput(("n",), "a", {"text": "Alice drinks espresso"})
-    vt = vstore._rows.vt
-    assert len(await vstore._store.read(vt.select())) == 1
+    vt = vstore.rows.vt
+    assert len(await vstore.base.read(vt.select())) == 1
     await store.aput(("n",), "a", {"text": "Alice drinks espresso daily"})
-    assert len(await vstore._store.read(vt.select())) == 1  # renewed, not deleted
+    assert len(await vstore.base.read(vt.select())) == 1  # renewed, not deleted
     assert await store.areembed() == 0 and await vstore.areembed() == 0
     assert [i.key for i in await store.asearch(("n",), query="espressos")] == ["a"]
     assert store.for_user("bob").index_config is not None
@@ -164,5 +164,5 @@ async def test_reembed_leaves_index_false_items_without_a_vector(
 
     assert await store.areembed(Recording(dims=64, model_id="m2")) == 1
     assert seen == ["espresso"]  # "b" stays opted out
-    vt = lg_memories._rows.vt
-    assert len(await lg_memories._store.read(vt.select())) == 1
+    vt = lg_memories.rows.vt
+    assert len(await lg_memories.base.read(vt.select())) == 1
