@@ -232,3 +232,11 @@ def test_the_private_import_check_sees_what_it_looks_for() -> None:
         "tenxstore.rotation._TABLES"
     ]
     assert private_imports("from os import _exit\nfrom .x import __all__") == []
+
+
+def test_every_module_is_in_the_architecture_tables() -> None:
+    """docs/architecture.md has a row for each module, so a new one is placed in the
+    house (a module that went is taken out of it)."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `([\w/]+\.py)` \| \d+ \|", text, re.MULTILINE))
+    assert rows == {name for name, _ in _modules()}
