@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .langgraph.tables import LangGraphTables
 from .langgraph.values import AllowedTypes
 from .lifecycle import DEFAULT_BATCH_SIZE, DEFAULT_SAMPLE, BatchHook, DeleteResult, ProgressHook
 from .stats import StoreStats
@@ -33,7 +32,9 @@ from .types import (
 from .validate import IdType
 
 if TYPE_CHECKING:
+    # named for the types of three properties only: the protocol imports no implementation
     from .crypto import KeyRing
+    from .langgraph.tables import LangGraphTables
     from .store import Store
 
 __all__ = ["Checkpointer"]
