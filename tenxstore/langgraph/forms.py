@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 Dump = Callable[[str, Any], tuple[str, bytes]]
-"""A value serialized (``what`` it is, for the error; the value): the saver's ``_dump``."""
+"""A value serialized (``what`` it is, for the error; the value): the saver's ``dump_value``."""
 Loads = Callable[[str, bytes, Any, str, Life], Any]
 """A stored value opened and deserialized (type, bytes, thread, column, life): the
 saver's ``_loads``."""

@@ -83,9 +83,9 @@ class _Refused(TenxStoreError):
 
 def _repository(target: Any) -> Any:
     """The repository behind a checkpointer (a cache decorator's ``.inner``)."""
-    while not hasattr(target, "_store") and hasattr(target, "inner"):
+    while hasattr(target, "inner"):
         target = target.inner
-    if not hasattr(target, "_store"):
+    if not hasattr(target, "store"):
         raise ConfigError(f"import into a tenxstore checkpointer, not {type(target).__name__}")
     return target
 
@@ -233,7 +233,7 @@ class _Importer:
             check_text("parent_checkpoint_id", parent, limits.checkpoint_id)
         if not isinstance(source.metadata, dict):
             raise SerializationError(f"checkpoint {source.checkpoint_id!r}: metadata is no object")
-        typed, values = self.saver._stored_form(checkpoint, {}, dump=dump, keep_inline=keep)
+        typed, values = self.saver.stored_form(checkpoint, {}, dump=dump, keep_inline=keep)
         kind, data = self.tables._seal(typed[0], typed[1], thread_id, CHECKPOINT, life)
         row = {
             "thread_id": thread_id,

@@ -175,7 +175,9 @@ class Materializer:
                 return raws[channel]
             if values[channel] is _STORED:  # never asked: it is not written again
                 raise AssertionError(f"channel {channel!r} was stored already")
-            typed: tuple[str, bytes] = self.saver._dump(f"channel {channel!r}", values[channel])
+            typed: tuple[str, bytes] = self.saver.dump_value(
+                f"channel {channel!r}", values[channel]
+            )
             return typed
 
         return dump

@@ -213,7 +213,7 @@ class TenxCheckpointSaver(SyncSaver):
 
     # -- versions ----------------------------------------------------------------
 
-    def _dump(self, what: str, value: Any) -> tuple[str, bytes]:
+    def dump_value(self, what: str, value: Any) -> tuple[str, bytes]:
         """LangGraph's serde of a value; one it cannot serialize is ``SerializationError``
         (nothing is written)."""
         return dump_typed(self.serde, what, value)
@@ -233,7 +233,7 @@ class TenxCheckpointSaver(SyncSaver):
 
     # -- writes ------------------------------------------------------------------
 
-    def _stored_form(
+    def stored_form(
         self,
         checkpoint: Checkpoint,
         new_versions: ChannelVersions,
@@ -246,7 +246,7 @@ class TenxCheckpointSaver(SyncSaver):
         ``keep_inline``)."""
         return stored_form(
             self._tables.limits,
-            self._dump,
+            self.dump_value,
             checkpoint,
             new_versions,
             dump=dump,
@@ -278,7 +278,7 @@ class TenxCheckpointSaver(SyncSaver):
         if parent is not None:
             check_text("checkpoint_id", parent, limits.checkpoint_id)
         check_text("checkpoint id", checkpoint["id"], limits.checkpoint_id)
-        typed, values = self._stored_form(checkpoint, new_versions)
+        typed, values = self.stored_form(checkpoint, new_versions)
         full_metadata = {  # tenxstore's own config keys are not the run's metadata
             k: v
             for k, v in get_checkpoint_metadata(config, metadata).items()
@@ -323,7 +323,7 @@ class TenxCheckpointSaver(SyncSaver):
         )
         check_text("task_id", task_id, limits.task_id, empty=True)
         check_text("task_path", task_path, None, empty=True)
-        rows = write_rows(self._dump, writes, task_id, task_path)
+        rows = write_rows(self.dump_value, writes, task_id, task_path)
         checkpoint_id = check_text("checkpoint_id", conf.get("checkpoint_id"), limits.checkpoint_id)
         await self._tables.put_writes(scoped, ns, checkpoint_id, rows)
 

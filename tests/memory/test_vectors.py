@@ -329,7 +329,7 @@ async def test_another_process_write_is_seen(store_backend: Backend) -> None:
 def test_sync_twins(tmp_path: Path) -> None:
     store = MemoryStore(f"sqlite:///{tmp_path / 'sync.db'}", embedding=HashingEmbedding())
     store.setup()
-    store.base("alice", "Alice drinks a double espresso", key="coffee")
+    store.store("alice", "Alice drinks a double espresso", key="coffee")
     assert store.search("alice", "espressos", mode="vector")[0].memory.key == "coffee"
     assert store.reembed(HashingEmbedding(dims=32, model_id="small")) == 1
     store.close()
