@@ -8,20 +8,46 @@ batch's keys before the batch commits, and roll it back when Redis did not confi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import functools
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
-from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from .cache_core import CacheCore
 from .errors import CacheUnreachable
 from .langgraph.values import AllowedTypes
-from .lifecycle import DEFAULT_BATCH_SIZE, DEFAULT_SAMPLE, BatchHook, DeleteResult, ProgressHook
+from .lifecycle import BatchHook, DeleteResult
+from .protocol import Checkpointer
 from .redis_cache import BLANKET, Fence
 from .telemetry import traced
 from .types import Commit, Imported, ImportOutcome, OnConflict, ThreadExport
 
 __all__ = ["CacheFences"]
+
+_F = TypeVar("_F", bound=Callable[..., Awaitable[Any]])
+
+
+def _fenced_batches(method: _F) -> _F:
+    """The protocol's batched delete ``method`` (``adelete_user``, ``aprune_idle``),
+    passed to the wrapped checkpointer with the cache entries of each batch's threads
+    fenced before that batch commits (:meth:`CacheFences._fencing`); the result counts
+    the keys fenced."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    async def call(
+        self: CacheFences, /, *args: Any, before_commit: BatchHook | None = None, **options: Any
+    ) -> DeleteResult:
+        fenced = [0]
+        hook = self._fencing(before_commit, fenced)
+        done: DeleteResult = await getattr(self.inner, name)(*args, before_commit=hook, **options)
+        return replace(done, cache_keys=done.cache_keys + fenced[0])
+
+    call.__doc__ = (
+        f"{method.__doc__}\n\n        The cache fences the entries of each batch's "
+        "threads before that batch commits."
+    )
+    return cast(_F, traced(write=True)(call))
 
 
 class CacheFences(CacheCore):
@@ -164,52 +190,6 @@ class CacheFences(CacheCore):
 
         return fence
 
-    @traced(write=True)
-    async def adelete_user(
-        self,
-        user_id: Any,
-        *,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        dry_run: bool = False,
-        sample: int = DEFAULT_SAMPLE,
-        on_batch: ProgressHook | None = None,
-        before_commit: BatchHook | None = None,
-    ) -> DeleteResult:
-        """Erase a user (see the repository), fencing the cache entries of every
-        thread in the batch that deletes it, before that batch commits."""
-        fenced = [0]
-        done = await self.inner.adelete_user(
-            user_id,
-            batch_size=batch_size,
-            dry_run=dry_run,
-            sample=sample,
-            on_batch=on_batch,
-            before_commit=self._fencing(before_commit, fenced),
-        )
-        return replace(done, cache_keys=done.cache_keys + fenced[0])
+    adelete_user = _fenced_batches(Checkpointer.adelete_user)
 
-    @traced(write=True)
-    async def aprune_idle(
-        self,
-        older_than: timedelta,
-        *,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        dry_run: bool = False,
-        sample: int = DEFAULT_SAMPLE,
-        on_batch: ProgressHook | None = None,
-        before_commit: BatchHook | None = None,
-        include_memories: bool = False,
-    ) -> DeleteResult:
-        """Delete idle threads (and, ``include_memories``, idle memories: see the
-        repository), fencing their cache entries as :meth:`adelete_user` does."""
-        fenced = [0]
-        done = await self.inner.aprune_idle(
-            older_than,
-            batch_size=batch_size,
-            dry_run=dry_run,
-            sample=sample,
-            on_batch=on_batch,
-            before_commit=self._fencing(before_commit, fenced),
-            include_memories=include_memories,
-        )
-        return replace(done, cache_keys=done.cache_keys + fenced[0])
+    aprune_idle = _fenced_batches(Checkpointer.aprune_idle)

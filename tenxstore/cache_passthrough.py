@@ -6,13 +6,9 @@ of it is cached, so none of it touches Redis.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from typing import Any
-
-from .boundary import guard_iter
 from .cache_core import CacheCore
-from .telemetry import traced
-from .types import ThreadExport, ThreadInfo, ToolExecution
+from .facade import forward, forward_iter
+from .protocol import Checkpointer
 
 __all__ = ["CachePassthrough"]
 
@@ -22,91 +18,20 @@ class CachePassthrough(CacheCore):
 
     # -- threads -----------------------------------------------------------------
 
-    @traced(write=True)
-    async def aput_thread(
-        self,
-        config: dict[str, Any],
-        name: str | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> ThreadInfo:
-        """Create or update the thread record (no state change, no cache change)."""
-        return await self.inner.aput_thread(config, name, metadata)
-
-    @traced()
-    async def aget_thread(self, config: dict[str, Any]) -> ThreadInfo | None:
-        """The thread record, or None."""
-        return await self.inner.aget_thread(config)
-
-    @traced()
-    async def alist_threads(
-        self, config: dict[str, Any], limit: int | None = 50, offset: int = 0
-    ) -> list[ThreadInfo]:
-        """The caller's threads, most recently updated first."""
-        return await self.inner.alist_threads(config, limit, offset)
+    aput_thread = forward(Checkpointer.aput_thread, "inner", write=True)
+    aget_thread = forward(Checkpointer.aget_thread, "inner")
+    alist_threads = forward(Checkpointer.alist_threads, "inner")
 
     # -- tool ledger: durable only, passed through -------------------------------
 
-    @traced(write=True)
-    async def abegin_tool_execution(
-        self, config: dict[str, Any], tool_call_id: str, tool_name: str, args: dict[str, Any]
-    ) -> ToolExecution:
-        """Claim a tool call (see the repository)."""
-        return await self.inner.abegin_tool_execution(config, tool_call_id, tool_name, args)
-
-    @traced(write=True)
-    async def acomplete_tool_execution(
-        self, config: dict[str, Any], tool_call_id: str, result: Any, *, attempt: int | None = None
-    ) -> ToolExecution:
-        """Record a tool call's result; the first success wins."""
-        return await self.inner.acomplete_tool_execution(
-            config, tool_call_id, result, attempt=attempt
-        )
-
-    @traced(write=True)
-    async def afail_tool_execution(
-        self,
-        config: dict[str, Any],
-        tool_call_id: str,
-        error: str | BaseException,
-        *,
-        attempt: int | None = None,
-    ) -> ToolExecution:
-        """Record a tool call's failure."""
-        return await self.inner.afail_tool_execution(config, tool_call_id, error, attempt=attempt)
-
-    @traced()
-    async def aget_tool_execution(
-        self, config: dict[str, Any], tool_call_id: str
-    ) -> ToolExecution | None:
-        """The ledger record of a tool call, or None."""
-        return await self.inner.aget_tool_execution(config, tool_call_id)
-
-    @traced(write=True)
-    async def arun_tool_once(
-        self,
-        config: dict[str, Any],
-        tool_call_id: str,
-        tool_name: str,
-        args: dict[str, Any],
-        fn: Callable[..., Any],
-    ) -> Any:
-        """Replay-safe tool call (see the repository)."""
-        return await self.inner.arun_tool_once(config, tool_call_id, tool_name, args, fn)
-
-    @traced()
-    async def alist_tool_executions(self, config: dict[str, Any]) -> list[ToolExecution]:
-        """Every tool call of the thread (see the repository)."""
-        return await self.inner.alist_tool_executions(config)
+    abegin_tool_execution = forward(Checkpointer.abegin_tool_execution, "inner", write=True)
+    acomplete_tool_execution = forward(Checkpointer.acomplete_tool_execution, "inner", write=True)
+    afail_tool_execution = forward(Checkpointer.afail_tool_execution, "inner", write=True)
+    aget_tool_execution = forward(Checkpointer.aget_tool_execution, "inner")
+    arun_tool_once = forward(Checkpointer.arun_tool_once, "inner", write=True)
+    alist_tool_executions = forward(Checkpointer.alist_tool_executions, "inner")
 
     # -- whole threads: passed through -----------------------------------------
 
-    @guard_iter
-    async def aiter_threads(self, batch: int = 500) -> AsyncIterator[ThreadInfo]:
-        """Every thread of every user, in ``thread_id`` order."""
-        async for info in self.inner.aiter_threads(batch):
-            yield info
-
-    @traced()
-    async def aexport_thread(self, config: dict[str, Any]) -> ThreadExport | None:
-        """Everything stored of one thread (see the repository)."""
-        return await self.inner.aexport_thread(config)
+    aiter_threads = forward_iter(Checkpointer.aiter_threads, "inner")
+    aexport_thread = forward(Checkpointer.aexport_thread, "inner")

@@ -12,8 +12,7 @@ the LangGraph tables are collaborators it holds (``.ledger``, ``.exports``,
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from datetime import timedelta
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy.engine import URL
@@ -22,35 +21,26 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from . import readiness, state_reads, thread_records
 from .backends import DEFAULT_LOCK_TIMEOUT_S, Backend, PoolMode
 from .backends.retry import RetryPolicy
-from .boundary import guard, guard_iter
+from .boundary import guard
 from .commits import commit
 from .crypto import KeyRing
 from .exports import ThreadExports
+from .facade import forward, forward_iter
 from .langgraph.tables import LangGraphTables
-from .langgraph.values import AllowedTypes
 from .ledger import ToolLedger
 from .lifecycle import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_SAMPLE,
-    BatchHook,
-    DeleteResult,
     Lifecycle,
-    ProgressHook,
 )
 from .opening import open_store
+from .protocol import Checkpointer
 from .serde import encode_state
-from .stats import Stats, StoreStats
+from .stats import Stats
 from .telemetry import traced
 from .types import (
     Commit,
     Health,
-    Imported,
-    ImportOutcome,
-    OnConflict,
     StateSnapshot,
-    ThreadExport,
     ThreadInfo,
-    ToolExecution,
 )
 from .validate import IdType, check_count
 
@@ -379,261 +369,24 @@ class CheckpointRepository:
 
     # -- the tool ledger (see ToolLedger) -----------------------------------------------
 
-    @traced(write=True)
-    async def abegin_tool_execution(
-        self, config: dict[str, Any], tool_call_id: str, tool_name: str, args: dict[str, Any]
-    ) -> ToolExecution:
-        """Claim a tool call (:meth:`ToolLedger.abegin_tool_execution`)."""
-        return await self.ledger.abegin_tool_execution(config, tool_call_id, tool_name, args)
-
-    @traced(write=True)
-    async def acomplete_tool_execution(
-        self, config: dict[str, Any], tool_call_id: str, result: Any, *, attempt: int | None = None
-    ) -> ToolExecution:
-        """Record a tool call's result; the first success wins. Pass the claim's
-        ``attempts`` as ``attempt`` (:meth:`ToolLedger.acomplete_tool_execution`)."""
-        return await self.ledger.acomplete_tool_execution(
-            config, tool_call_id, result, attempt=attempt
-        )
-
-    @traced(write=True)
-    async def afail_tool_execution(
-        self,
-        config: dict[str, Any],
-        tool_call_id: str,
-        error: str | BaseException,
-        *,
-        attempt: int | None = None,
-    ) -> ToolExecution:
-        """Record a tool call's failure (a succeeded call keeps its success). Pass the
-        claim's ``attempts`` as ``attempt`` (:meth:`ToolLedger.afail_tool_execution`)."""
-        return await self.ledger.afail_tool_execution(config, tool_call_id, error, attempt=attempt)
-
-    @traced()
-    async def aget_tool_execution(
-        self, config: dict[str, Any], tool_call_id: str
-    ) -> ToolExecution | None:
-        """The ledger record of a tool call, or None (also for another user's thread)."""
-        return await self.ledger.aget_tool_execution(config, tool_call_id)
-
-    @traced(write=True)
-    async def arun_tool_once(
-        self,
-        config: dict[str, Any],
-        tool_call_id: str,
-        tool_name: str,
-        args: dict[str, Any],
-        fn: Callable[..., Any],
-    ) -> Any:
-        """Run ``fn(**args)`` at most once per live claim; replay the stored result after.
-
-        Once one run has succeeded, every later call — in any process, after any
-        restart — returns the stored result without calling ``fn``. If ``fn`` raises,
-        the failure is recorded and the exception re-raised; the next call claims the
-        tool again. A call cancelled while ``fn`` runs gives its claim back (recorded
-        as a failure) so the next call can claim at once; once ``fn`` has returned,
-        its outcome is recorded even if the call is cancelled meanwhile. Across an
-        expired lease the body may run again (at-least-once).
-
-        Returns:
-            The recorded result (as stored: JSON, so tuples come back as lists).
-
-        Raises:
-            ToolExecutionInProgress: Another worker is running this call now.
-            ToolExecutionClaimLost: ``fn`` ran, but its lease expired and another
-                worker's claim is live: that worker's outcome will be recorded.
-            SerializationError: ``fn`` returned something that is not JSON. It has
-                run: the call is recorded as succeeded without a result, and every
-                later call raises this again without running ``fn``.
-        """
-        return await self.ledger.arun_tool_once(config, tool_call_id, tool_name, args, fn)
-
-    @traced()
-    async def alist_tool_executions(self, config: dict[str, Any]) -> list[ToolExecution]:
-        """Every tool call of the thread, in the order they were first claimed."""
-        return await self.ledger.alist_tool_executions(config)
+    abegin_tool_execution = forward(Checkpointer.abegin_tool_execution, "ledger", write=True)
+    acomplete_tool_execution = forward(Checkpointer.acomplete_tool_execution, "ledger", write=True)
+    afail_tool_execution = forward(Checkpointer.afail_tool_execution, "ledger", write=True)
+    aget_tool_execution = forward(Checkpointer.aget_tool_execution, "ledger")
+    arun_tool_once = forward(Checkpointer.arun_tool_once, "ledger", write=True)
+    alist_tool_executions = forward(Checkpointer.alist_tool_executions, "ledger")
 
     # -- whole threads (see ThreadExports) ----------------------------------------------
 
-    @guard_iter
-    async def aiter_threads(self, batch: int = 500) -> AsyncIterator[ThreadInfo]:
-        """Every thread of every user, in ``thread_id`` order, read ``batch`` at a time."""
-        async for info in self.exports.aiter_threads(batch):
-            yield info
-
-    @traced()
-    async def aexport_thread(self, config: dict[str, Any]) -> ThreadExport | None:
-        """Everything stored of one thread, read in one snapshot; None when absent
-        (or another user's while isolation applies)."""
-        return await self.exports.aexport_thread(config)
-
-    @traced(write=True)
-    async def aimport_thread(
-        self,
-        export: ThreadExport,
-        *,
-        on_conflict: OnConflict = "fail",
-        allowed_types: AllowedTypes = (),
-    ) -> ImportOutcome:
-        """Write an exported thread back, in one transaction (see
-        :meth:`ThreadExports.aimport_thread`)."""
-        return await self.exports.aimport_thread(
-            export, on_conflict=on_conflict, allowed_types=allowed_types
-        )
-
-    @traced(write=True)
-    async def aimport_threads(
-        self,
-        exports: Sequence[ThreadExport],
-        *,
-        on_conflict: OnConflict = "fail",
-        allowed_types: AllowedTypes = (),
-    ) -> list[ImportOutcome]:
-        """Write exported threads back in ONE transaction; any error writes nothing (see
-        :meth:`ThreadExports.aimport_threads`)."""
-        return await self.exports.aimport_threads(
-            exports, on_conflict=on_conflict, allowed_types=allowed_types
-        )
-
-    @traced(write=True)
-    async def aimport(
-        self,
-        exports: Sequence[ThreadExport],
-        *,
-        on_conflict: OnConflict = "fail",
-        allowed_types: AllowedTypes = (),
-    ) -> list[Imported]:
-        """:meth:`aimport_threads`, returning what each import did (with the life it
-        replaced), as a cache needs to know it."""
-        return await self.exports.aimport(
-            exports, on_conflict=on_conflict, allowed_types=allowed_types
-        )
-
-    @traced(write=True)
-    async def aimport_stream(
-        self,
-        source: Callable[[], Iterable[tuple[str | None, ThreadExport]]],
-        *,
-        on_conflict: OnConflict = "fail",
-        allowed_types: AllowedTypes = (),
-    ) -> list[Imported]:
-        """Import exports read twice from ``source`` — checked, then written in ONE
-        transaction — with memory bounded by the largest thread (see
-        :meth:`ThreadExports.aimport_stream`)."""
-        return await self.exports.aimport_stream(
-            source, on_conflict=on_conflict, allowed_types=allowed_types
-        )
+    aiter_threads = forward_iter(Checkpointer.aiter_threads, "exports")
+    aexport_thread = forward(Checkpointer.aexport_thread, "exports")
+    aimport_thread = forward(Checkpointer.aimport_thread, "exports", write=True)
+    aimport_threads = forward(Checkpointer.aimport_threads, "exports", write=True)
+    aimport = forward(Checkpointer.aimport, "exports", write=True)
+    aimport_stream = forward(Checkpointer.aimport_stream, "exports", write=True)
 
     # -- data lifecycle (see Lifecycle) and stats ---------------------------------------
 
-    @traced(write=True)
-    async def adelete_user(
-        self,
-        user_id: Any,
-        *,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        dry_run: bool = False,
-        sample: int = DEFAULT_SAMPLE,
-        on_batch: ProgressHook | None = None,
-        before_commit: BatchHook | None = None,
-    ) -> DeleteResult:
-        """Erase a user: delete every thread ``user_id`` owns, with its states,
-        messages, tool executions and LangGraph checkpoints, writes and values, and
-        every long-term memory of the user with its history (after the threads, in
-        batches of ``batch_size`` memories).
-
-        Works in batches of ``batch_size`` threads, each its own short transaction
-        that locks its threads, deletes them whole and commits: a thread is either
-        whole or gone, never half deleted. After a crash, call it again: it deletes
-        what is left. It ends when a pass finds no thread of the user; a thread the
-        application creates for the user after that pass is a new thread (stop the
-        user's sessions first). A run that read one of the threads before it was
-        deleted can never write into it again (``StaleStateError``).
-
-        Args:
-            user_id: The user (validated as ``config["user_id"]`` is).
-            batch_size: Threads per transaction (1 to 5000).
-            dry_run: Delete nothing; count what would go, with a ``sample``.
-            sample: Threads listed in a dry run's result.
-            on_batch: Called after each batch commits with the totals so far (sync or
-                async); if it raises, the call stops there.
-            before_commit: Awaited inside each batch's transaction before it commits,
-                with the threads it deletes (a cache decorator fences them here).
-
-        Returns:
-            The rows deleted, by kind (:class:`DeleteResult`).
-
-        Raises:
-            ConfigError: A bad ``user_id``, ``batch_size`` or ``sample``.
-            LockTimeout: A thread stayed locked by a writer longer than
-                ``lock_timeout``; the batches before it are done (call again).
-        """
-        return await self.lifecycle.adelete_user(
-            user_id,
-            batch_size=batch_size,
-            dry_run=dry_run,
-            sample=sample,
-            on_batch=on_batch,
-            before_commit=before_commit,
-        )
-
-    @traced(write=True)
-    async def aprune_idle(
-        self,
-        older_than: timedelta,
-        *,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        dry_run: bool = False,
-        sample: int = DEFAULT_SAMPLE,
-        on_batch: ProgressHook | None = None,
-        before_commit: BatchHook | None = None,
-        include_memories: bool = False,
-    ) -> DeleteResult:
-        """Retention: delete every thread (of every user) not used for ``older_than``.
-
-        A thread is idle when neither its record nor its state was written since
-        then (``updated_at``), no LangGraph checkpoint was written and no tool call
-        was claimed or finished. Each batch locks its threads and asks again under
-        the lock, so a thread used while the prune runs is kept (``skipped``).
-        Batched, resumable and with ``on_batch`` / ``before_commit`` as
-        :meth:`adelete_user`.
-
-        Args:
-            older_than: The idle time, e.g. ``timedelta(days=90)``
-                (:func:`tenxstore.parse_duration` reads ``"90d"``).
-            batch_size: Threads per transaction (1 to 5000).
-            dry_run: Delete nothing; count what would go, with a ``sample`` of the
-                least recently updated threads.
-            sample: Threads listed in a dry run's result.
-            on_batch: Called after each batch commits with the totals so far.
-            before_commit: Awaited inside each batch's transaction before it commits.
-            include_memories: Also delete the long-term memories (of every user) not
-                written for ``older_than``, with their history; without it memories
-                are left alone (they are meant to outlive threads).
-
-        Raises:
-            ConfigError: ``older_than`` is not a positive ``timedelta``, or a bad
-                ``batch_size`` or ``sample``.
-        """
-        return await self.lifecycle.aprune_idle(
-            older_than,
-            batch_size=batch_size,
-            dry_run=dry_run,
-            sample=sample,
-            on_batch=on_batch,
-            before_commit=before_commit,
-            include_memories=include_memories,
-        )
-
-    @traced()
-    async def astats(self, *, top: int = 10, exact: bool = False) -> StoreStats:
-        """What the store holds: threads, the ``top`` users by threads (with their
-        states, messages, tool calls and checkpoints, counted exactly), each table's
-        and its indexes' bytes, dead rows (PostgreSQL), the database's size.
-
-        Args:
-            top: How many users to list (0 to 10000).
-            exact: Count each table's rows on PostgreSQL too (a scan of each table)
-                instead of taking the statistics' estimate.
-        """
-        return await self.stats.astats(top=top, exact=exact)
+    adelete_user = forward(Checkpointer.adelete_user, "lifecycle", write=True)
+    aprune_idle = forward(Checkpointer.aprune_idle, "lifecycle", write=True)
+    astats = forward(Checkpointer.astats, "stats")

@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from sqlalchemy import String, Table, event, func, select
 from sqlalchemy.engine import URL, Row
@@ -43,7 +43,7 @@ from .codes import OPENING_ERRORS, refusal
 from .connections import EngineSet, give_back, reset_or_discard
 from .driver import DriverStatement
 from .memory_sql import KeywordSearch
-from .records import Footprint, Head, HeadWrite, StateWrite, TableSizes
+from .records import Footprint, Head, HeadWrite, LangGraphFastPath, StateWrite, TableSizes
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -66,29 +66,6 @@ _FOREVER_MS = 2**31 - 1
 def timeout_ms(lock_timeout: float | None) -> int:
     """A lock timeout in whole milliseconds (None: as long as the database allows)."""
     return _FOREVER_MS if lock_timeout is None else max(1, int(lock_timeout * 1000))
-
-
-class LangGraphFastPath(Protocol):
-    """A backend's one-round-trip LangGraph paths (see :meth:`Backend.langgraph_fast_path`):
-    each commits only the common case, or writes nothing and says so, and the portable
-    locked path of :mod:`tenxstore.langgraph.tables` then does the work."""
-
-    @property
-    def available(self) -> bool:
-        """Whether the paths may be taken now."""
-
-    async def put(self, scoped: bool, values: dict[str, Any]) -> tuple[int, Any] | None:
-        """A checkpoint put: ``(incarnation, the checkpoint probed or None)``, or None
-        when it wrote nothing."""
-
-    async def put_writes(self, scoped: bool, values: dict[str, Any]) -> bool:
-        """A task's writes: whether they were stored."""
-
-    async def read(self, scoped: bool, values: dict[str, Any]) -> Mapping[str, Any] | None:
-        """One checkpoint with its writes and value chains, or None."""
-
-    async def fetch(self, stmt: DriverStatement, values: Mapping[str, Any]) -> Sequence[Any]:
-        """The rows of one read-only statement, in one round trip."""
 
 
 class Backend(ABC):

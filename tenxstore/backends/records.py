@@ -1,13 +1,17 @@
 """The plain values a backend and the repository hand each other: a head write, a
-thread's head, the tables' sizes, a state write's parameters."""
+thread's head, the tables' sizes, a state write's parameters; and what a backend's
+one-round-trip LangGraph paths promise (:class:`LangGraphFastPath`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
-__all__ = ["Footprint", "Head", "HeadWrite", "StateWrite", "TableSizes"]
+from .driver import DriverStatement
+
+__all__ = ["Footprint", "Head", "HeadWrite", "LangGraphFastPath", "StateWrite", "TableSizes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,3 +70,26 @@ class Footprint(NamedTuple):
 StateWrite = dict[str, Any]
 """Parameters of one state write: ``b_thread``, ``b_version``, ``b_state``, ``b_meta``,
 ``b_now``, ``b_upto`` and ``messages`` (rows of ``message_id``, ``role``, ``payload``)."""
+
+
+class LangGraphFastPath(Protocol):
+    """A backend's one-round-trip LangGraph paths (see :meth:`Backend.langgraph_fast_path`):
+    each commits only the common case, or writes nothing and says so, and the portable
+    locked path of :mod:`tenxstore.langgraph.tables` then does the work."""
+
+    @property
+    def available(self) -> bool:
+        """Whether the paths may be taken now."""
+
+    async def put(self, scoped: bool, values: dict[str, Any]) -> tuple[int, Any] | None:
+        """A checkpoint put: ``(incarnation, the checkpoint probed or None)``, or None
+        when it wrote nothing."""
+
+    async def put_writes(self, scoped: bool, values: dict[str, Any]) -> bool:
+        """A task's writes: whether they were stored."""
+
+    async def read(self, scoped: bool, values: dict[str, Any]) -> Mapping[str, Any] | None:
+        """One checkpoint with its writes and value chains, or None."""
+
+    async def fetch(self, stmt: DriverStatement, values: Mapping[str, Any]) -> Sequence[Any]:
+        """The rows of one read-only statement, in one round trip."""

@@ -39,11 +39,11 @@ from sqlalchemy.sql.expression import Executable
 
 from .. import telemetry
 from ..loops import CrossLoopLock
-from .base import Backend, LangGraphFastPath, timeout_ms
+from .base import Backend, timeout_ms
 from .codes import SQLITE_CANTOPEN, sqlite_code
 from .connections import give_back
 from .memory_sql import SqliteKeywords
-from .records import Footprint, Head, HeadWrite, TableSizes
+from .records import Footprint, Head, HeadWrite, LangGraphFastPath, TableSizes
 from .sqlite_driver import (
     busy,
     file_identity,

@@ -16,7 +16,7 @@ from sqlalchemy import (
     delete,
 )
 
-from ..backends.base import LangGraphFastPath
+from ..backends.records import LangGraphFastPath
 from ..config import RunIds, recorded_incarnation
 from ..crypto import BLOB, KeyRing, Life, check_type, open_typed
 from ..deltas import Bases, BlobWrite, Stored, blob_write

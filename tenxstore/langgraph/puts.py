@@ -14,7 +14,7 @@ from sqlalchemy import (
     update,
 )
 
-from ..backends.base import LangGraphFastPath
+from ..backends.records import LangGraphFastPath
 from ..config import RunIds, recorded_incarnation
 from ..crypto import BLOB, CHECKPOINT, WRITE, Life, check_type, life_of
 from ..deltas import BlobWrite, Stored, blob_write, rebuild

@@ -14,7 +14,7 @@ from sqlalchemy import (
     tuple_,
 )
 
-from ..backends.base import LangGraphFastPath
+from ..backends.records import LangGraphFastPath
 from ..config import RunIds
 from ..crypto import BLOB, life_of, open_typed
 from ..deltas import Base, BrokenChain, Stored, rebuild

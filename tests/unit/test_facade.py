@@ -10,8 +10,12 @@ from typing import Any
 import pytest
 
 from tenxstore.cache import CachedCheckpointer
+from tenxstore.exports import ThreadExports
+from tenxstore.ledger import ToolLedger
+from tenxstore.lifecycle import Lifecycle
 from tenxstore.protocol import Checkpointer
 from tenxstore.repository import CheckpointRepository
+from tenxstore.stats import Stats
 
 METHODS = sorted(
     name
@@ -39,3 +43,40 @@ def test_every_checkpointer_has_each_method_as_the_protocol_writes_it(
     implementation: type, name: str
 ) -> None:
     assert shape(getattr(implementation, name)) == shape(getattr(Checkpointer, name))
+
+
+COLLABORATORS: dict[str, type] = {
+    "ledger": ToolLedger,
+    "exports": ThreadExports,
+    "lifecycle": Lifecycle,
+    "stats": Stats,
+    "inner": CheckpointRepository,
+}
+
+
+FORWARDS = [
+    (implementation.__name__, name, to)
+    for implementation in (CheckpointRepository, CachedCheckpointer)
+    for name in METHODS
+    if (to := getattr(getattr(implementation, name), "forwards_to", None)) is not None
+]
+
+
+@pytest.mark.parametrize(("implementation", "name", "to"), FORWARDS)
+def test_a_forwarded_method_reaches_a_method_of_the_protocols_signature(
+    implementation: str, name: str, to: str
+) -> None:
+    """A method written once (``facade.forward``) calls its collaborator's method of
+    the same name with the caller's arguments: that method takes them as the protocol
+    writes them."""
+    assert shape(getattr(COLLABORATORS[to], name))[0] == shape(getattr(Checkpointer, name))[0]
+
+
+def test_the_forwards_are_the_collaborators_methods_not_copies() -> None:
+    forwarded = {
+        name
+        for name in METHODS
+        if getattr(getattr(CheckpointRepository, name), "forwards_to", None) is not None
+    }
+    assert {"arun_tool_once", "adelete_user", "aimport_stream", "astats"} <= forwarded
+    assert not hasattr(CheckpointRepository.aput_checkpoint, "forwards_to")
