@@ -31,6 +31,7 @@ from .errors import (
     ToolExecutionNotFound,
 )
 from .lifecycle import DeleteResult, parse_duration
+from .memory.bulk import NewMemory
 from .memory.store import MemoryStore
 from .presets import InMemoryCheckpointer, PgCheckpointer, SqliteCheckpointer
 from .protocol import Checkpointer
@@ -83,6 +84,7 @@ __all__ = [
     "MemoryStore",
     "MessageRecord",
     "MissingThreadId",
+    "NewMemory",
     "PgCheckpointer",
     "RetryPolicy",
     "SchemaNotReady",

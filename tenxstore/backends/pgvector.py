@@ -34,6 +34,7 @@ logs a warning and searches exactly.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -149,12 +150,18 @@ class PgVector:
 
     async def write(self, conn: AsyncConnection, memory_id: int, vector: list[float]) -> None:
         """Set the ``vector`` column of a row just written."""
+        await self.write_many(conn, [(memory_id, vector)])
+
+    async def write_many(
+        self, conn: AsyncConnection, rows: Sequence[tuple[int, Sequence[float]]]
+    ) -> None:
+        """Set the ``vector`` column of rows just written (one ``executemany``)."""
         await conn.execute(
             text(
                 f"UPDATE {self.table} SET embedding = CAST(:e AS {self.vector_type()}) "
                 "WHERE memory_id = :i"
             ),
-            {"e": _text(vector), "i": memory_id},
+            [{"e": _text(vector), "i": memory_id} for memory_id, vector in rows],
         )
 
     async def nearest(

@@ -8,8 +8,9 @@ config), so two users' runs of one graph never see each other's items.
 
 A batch runs as LangGraph's stores run one: its reads first, in order, against the
 items as they were before the batch; then its writes, one per item (the last one for
-an item wins), each committed on its own. A batch stopped halfway (cancelled, or a
-write that failed) has made the writes before that point, each whole.
+an item wins): its deletes each committed on its own, then its puts in ONE transaction
+(:meth:`MemoryStore.astore_many`). A batch stopped halfway (cancelled, or a write that
+failed) has made the deletes before that point, each whole, and all its puts or none.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from langgraph.store.base import (
 
 from ..errors import ConfigError
 from ..memory import search
+from ..memory.bulk import NewMemory
 from ..memory.expiry import Refresh, arefresh
 from ..memory.store import MemoryStore
 from ..memory.sync import blocking as run_blocking  # the memory store's loop and pool
@@ -332,16 +334,21 @@ class TenxStore(TTLSweeper, BaseStore):
         if refresh:
             await arefresh(self.memory_store, owner, refresh)
         store = self.memory_store
+        puts: list[NewMemory] = []
         for w in writes.values():
             if w.content is None:
                 await store.adelete(owner, w.key, namespace=w.namespace)
             else:
                 seconds = None if w.ttl is None else w.ttl * 60
                 text = None if w.value is None else self.embedded_text(w.value, w.fields)
-                await store.astore(
-                    owner, w.content, metadata=w.metadata, namespace=w.namespace, key=w.key,
-                    ttl=seconds, embed=False if text is None else text,
+                puts.append(
+                    NewMemory(
+                        w.content, metadata=w.metadata, namespace=w.namespace, key=w.key,
+                        ttl=seconds, embed=False if text is None else text,
+                    )
                 )  # fmt: skip
+        if puts:  # in one transaction, their vectors embedded in batches before it
+            await store.astore_many(owner, puts)
         return results
 
     @staticmethod

@@ -13,9 +13,16 @@ from typing import TYPE_CHECKING, Any
 from .validation import DEFAULT_NAMESPACE, MAX_CONTENT_BYTES, MAX_METADATA_BYTES
 
 if TYPE_CHECKING:
+    from .bulk import NewMemory
     from .store import MemoryStore
 
-__all__ = ["DEFAULT_NAMESPACE", "MAX_CONTENT_BYTES", "MAX_METADATA_BYTES", "MemoryStore"]
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "MAX_CONTENT_BYTES",
+    "MAX_METADATA_BYTES",
+    "MemoryStore",
+    "NewMemory",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -25,4 +32,8 @@ def __getattr__(name: str) -> Any:
         from .store import MemoryStore
 
         return MemoryStore
+    if name == "NewMemory":
+        from .bulk import NewMemory
+
+        return NewMemory
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

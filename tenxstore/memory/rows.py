@@ -179,11 +179,13 @@ class MemoryRows:
         return row, row.uid == uid
 
     async def replace(
-        self, conn: AsyncConnection, row: Any, w: Written, *, keep_expiry: bool
+        self, conn: AsyncConnection, row: Any, w: Written, *, keep_expiry: bool, bump: bool = True
     ) -> Any:
         """The next version of a locked memory: the current one moved to its history,
         the given values written (None keeps one: its stored text as it is), versions
-        beyond the history limit deleted; the row as written."""
+        beyond the history limit deleted; the row as written. ``bump=False``: the
+        caller bumps the scope's revision itself, last (a bulk write, which must not
+        hold the revision's lock while it takes more rows' locks)."""
         m, v = self.m, self.v
         await conn.execute(
             insert(v),
@@ -208,24 +210,28 @@ class MemoryRows:
             values["metadata"] = self.seal(w.metadata, row.uid, MEMORY_METADATA)
         here = and_(m.c.id == row.id, m.c.version == row.version)
         await conn.execute(sql_update(m).where(here).values(**values))
-        await self.bump(conn, [(row.user_id, row.namespace)])
+        if bump:
+            await self.bump(conn, [(row.user_id, row.namespace)])
         # the current version is one of the limit: keep limit - 1 past ones
         oldest = version - self.history_limit
         if oldest >= 1:
             await conn.execute(delete(v).where(v.c.memory_id == row.id, v.c.version <= oldest))
         return (await conn.execute(select(*m.c).where(m.c.id == row.id))).one()
 
-    async def remove(self, conn: AsyncConnection, ids: Sequence[int]) -> tuple[int, int]:
+    async def remove(
+        self, conn: AsyncConnection, ids: Sequence[int], *, bump: bool = True
+    ) -> tuple[int, int]:
         """Delete memories with their history and vectors (children first: no reliance
-        on ON DELETE CASCADE being enforced), their scopes' revisions bumped;
-        (memories, versions) deleted."""
+        on ON DELETE CASCADE being enforced), their scopes' revisions bumped (unless
+        the caller does, as :meth:`replace` says); (memories, versions) deleted."""
         if not ids:
             return 0, 0
         m, v = self.m, self.v
-        scopes = await conn.execute(
-            select(m.c.user_id, m.c.namespace).where(m.c.id.in_(ids)).distinct()
-        )
-        await self.bump(conn, [(s.user_id, s.namespace) for s in scopes])
+        if bump:
+            scopes = await conn.execute(
+                select(m.c.user_id, m.c.namespace).where(m.c.id.in_(ids)).distinct()
+            )
+            await self.bump(conn, [(s.user_id, s.namespace) for s in scopes])
         await conn.execute(delete(self.vt).where(self.vt.c.memory_id.in_(ids)))
         versions = await conn.execute(delete(v).where(v.c.memory_id.in_(ids)))
         memories = await conn.execute(delete(m).where(m.c.id.in_(ids)))

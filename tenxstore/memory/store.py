@@ -12,6 +12,7 @@ sync twins are in :mod:`tenxstore.memory.sync`.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -25,7 +26,8 @@ from ..store import Store
 from ..telemetry import traced
 from ..types import AuthPolicy, Memory, MemoryHit
 from ..validate import check_count, is_int
-from . import hybrid, keyword, writes
+from . import bulk, hybrid, keyword, writes
+from .bulk import NewMemory
 from .lifecycle import MemoryLifecycle, check_batch_size
 from .opening import check_options, open_repository
 from .rows import MemoryRows
@@ -248,6 +250,44 @@ class MemoryStore(SyncTwins):
         # stored, JSON-encoded form)
         blob = await writes.vector(self, content, embed)
         return await writes.put(self, owner, ns, name, new, blob)
+
+    @traced(write=True, prefix="memory.")
+    async def astore_many(
+        self,
+        user_id: Any,
+        memories: Iterable[NewMemory | str | Mapping[str, Any]],
+        *,
+        auth_policy: AuthPolicy | None = None,
+        batch_size: int = 500,
+        embed_batch_size: int = 64,
+    ) -> list[Memory]:
+        """Store many memories of one user in ONE transaction: the writes of
+        :meth:`astore` called for each in order (a key given twice is stored twice, the
+        second its next version), all or nothing, ``batch_size`` a round trip.
+
+        Args:
+            user_id: The owner of every one.
+            memories: Each a :class:`~tenxstore.memory.bulk.NewMemory` (``astore``'s
+                arguments), its content as a ``str``, or a mapping of its fields.
+            auth_policy: Server code's :class:`AuthPolicy` for this call.
+            batch_size: Memories written a round (1 to 5000).
+            embed_batch_size: Texts a call of the embedding (1 to 5000).
+
+        Returns:
+            The memories as stored, in the order given.
+
+        Raises:
+            ConfigError: A bad user id, memory, key, namespace, ttl or batch size.
+            SerializationError: Content or metadata that cannot be stored.
+            EmbeddingError: The embedding raised or returned no proper vector.
+            (Each before any transaction: nothing is written.)
+        """
+        owner = self._owner(user_id, auth_policy)
+        size = bulk.check_batch(batch_size)
+        items = await bulk.prepared(self, memories, bulk.check_batch(embed_batch_size))
+        if not items:
+            return []
+        return await bulk.store_many(self, owner, items, size)
 
     @traced(prefix="memory.")
     async def aget(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import concurrent.futures
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -47,6 +47,7 @@ class SyncTwins:
         astore: Callable[..., Awaitable[Memory]]
         asearch: Callable[..., Awaitable[builtins.list[MemoryHit]]]
         aget: Callable[..., Awaitable[Memory | None]]
+        astore_many: Callable[..., Awaitable[builtins.list[Memory]]]
         aupdate: Callable[..., Awaitable[Memory]]
         adelete: Callable[..., Awaitable[bool]]
         ahistory: Callable[..., Awaitable[builtins.list[Memory]]]
@@ -80,6 +81,25 @@ class SyncTwins:
             embed=embed,
         )
         return blocking(work, "astore")
+
+    def store_many(
+        self,
+        user_id: Any,
+        memories: Iterable[Any],
+        *,
+        auth_policy: AuthPolicy | None = None,
+        batch_size: int = 500,
+        embed_batch_size: int = 64,
+    ) -> builtins.list[Memory]:
+        """Synchronous :meth:`~tenxstore.MemoryStore.astore_many`."""
+        work = self.astore_many(
+            user_id,
+            memories,
+            auth_policy=auth_policy,
+            batch_size=batch_size,
+            embed_batch_size=embed_batch_size,
+        )
+        return blocking(work, "astore_many")
 
     def search(
         self,

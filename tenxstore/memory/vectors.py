@@ -273,6 +273,22 @@ class Vectors:
             floats = numpy().frombuffer(vector, dtype="<f4").tolist()
             await self.pg.write(conn, memory_id, floats)
 
+    async def write_new(self, conn: AsyncConnection, pairs: Sequence[tuple[int, bytes]]) -> None:
+        """The vectors of memories just made (none to replace): ``(memory_id, vector)``
+        pairs in one ``executemany``."""
+        await conn.execute(
+            insert(self.t),
+            [
+                {"memory_id": i, "model_id": self.model_id, "dims": self.dims, "vector": v}
+                for i, v in pairs
+            ],
+        )
+        if self.pg is not None:
+            np = numpy()
+            await self.pg.write_many(
+                conn, [(i, np.frombuffer(v, dtype="<f4").tolist()) for i, v in pairs]
+            )
+
     # -- exact search ------------------------------------------------------------------
 
     def _scope(self, users: Any, namespace: str | None) -> list[Any]:

@@ -292,18 +292,28 @@ async def test_sync_calls_from_a_running_loop_and_across_loops(lg_memories: Memo
         assert {i.key for i in await store.asearch(NS)} == {"k", "loop0", "loop1"}
 
 
-async def test_a_cancelled_batch_leaves_whole_writes(lg_memories: MemoryStore) -> None:
+async def test_a_cancelled_batch_writes_all_its_puts_or_none(lg_memories: MemoryStore) -> None:
+    """The puts of a batch are one transaction: cancelled once it has sent some of
+    them, none is kept."""
     store = TenxStore(lg_memories, user_id="alice")
-    ops = [PutOp(NS, f"k{n}", {"n": n, "pad": "x" * 1000}) for n in range(300)]
-    task = asyncio.ensure_future(store.abatch(ops))
-    while not await lg_memories.alist("alice", namespace=NS, limit=1):  # noqa: ASYNC110 - a row, not an event
-        await asyncio.sleep(0)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    items = await store.asearch(NS, limit=1000)
-    assert 1 <= len(items) < 300
-    assert all(i.value == {"n": int(i.key[1:]), "pad": "x" * 1000} for i in items)
+    ops = [PutOp(NS, f"k{n}", {"n": n, "pad": "x" * 1000}) for n in range(3000)]
+    loop = asyncio.get_running_loop()
+    sent = asyncio.Event()
+
+    def seen(sql: str) -> None:
+        if "INSERT INTO" in sql and "memories" in sql:
+            loop.call_soon_threadsafe(sent.set)
+
+    stop = lg_memories.backend.on_statement(seen)
+    try:
+        task = asyncio.ensure_future(store.abatch(ops))
+        await sent.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        stop()
+    assert await store.asearch(NS, limit=1000) == []
     await store.aput(NS, "after", {"ok": True})  # the store goes on
     assert (await store.aget(NS, "after")).value == {"ok": True}  # type: ignore[union-attr]
 
