@@ -48,6 +48,7 @@ from .retry import RetryPolicy
 
 if TYPE_CHECKING:
     from ..store import Store
+    from .records import MemoryFastPath
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT_S",
@@ -359,6 +360,10 @@ class Backend(ABC):
     def langgraph_fast_path(self, store: Store) -> LangGraphFastPath | None:
         """This database's one-round-trip paths for LangGraph's put, writes and read of
         ``store``'s tables, or None (this default): the portable paths then run."""
+        return None
+
+    def memory_fast_path(self, store: Store) -> MemoryFastPath | None:
+        """This database's one-step memory put and get, or None (the locked path)."""
         return None
 
     async def run_statement(
