@@ -25,7 +25,7 @@ from ..store import Store
 from ..telemetry import traced
 from ..types import AuthPolicy, Memory, MemoryHit
 from ..validate import check_count, is_int
-from . import hybrid, keyword, writes
+from . import fast, hybrid, keyword, writes
 from .lifecycle import MemoryLifecycle, check_batch_size
 from .opening import check_options, open_repository
 from .rows import MemoryRows
@@ -121,6 +121,8 @@ class MemoryStore(SyncTwins):
         """Sweeps and bulk deletes (:class:`~tenxstore.memory.lifecycle.MemoryLifecycle`)."""
         self.vectors = None if self.embedding is None else Vectors(store, self.rows, self.embedding)
         """The vectors of this store's embedding (None without one)."""
+        self.fast = store.backend.memory_fast_path(store)
+        """The backend's one-step put and get (:mod:`tenxstore.memory.fast`), or None."""
 
     def with_embedding(self, embedding: Any) -> MemoryStore:
         """This store's memories (its database, key ring, isolation, history limit and
@@ -261,6 +263,8 @@ class MemoryStore(SyncTwins):
         """The memory, or None (never stored, deleted, expired, or another user's)."""
         owner = self._owner(user_id, auth_policy)
         ns, name = check_namespace(namespace), check_key(key)
+        if fast.ready(self):
+            return await fast.get(self, owner, ns, name)
         rows = self.rows
         m = rows.m
         clauses = rows.scope(owner, ns, self.base.now(), exact=True)

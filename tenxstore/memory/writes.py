@@ -16,7 +16,7 @@ from sqlalchemy import select
 
 from ..errors import MemoryNotFound, StaleStateError
 from ..types import Memory
-from . import search
+from . import fast, search
 from .rows import Written
 from .validation import check_content, check_metadata, check_ttl, split
 
@@ -89,7 +89,11 @@ async def write_vector(
 async def put(
     store: MemoryStore, owner: Any, ns: str, name: str, new: Written, blob: bytes | None
 ) -> Memory:
-    """``astore``'s transaction: a new memory, or the next version of the one there."""
+    """``astore``: in one step where it can be (:mod:`.fast`), else its transaction
+    under the memory's lock: a new memory, or the next version of the one there."""
+    done = await fast.put(store, owner, ns, name, new, blob)
+    if done is not None:
+        return done
     rows = store.rows
     async with store.base.write_rows(rows.lock, rows.one(owner, ns, name)) as (conn, row):
         if row is not None and not live(row, new.now):

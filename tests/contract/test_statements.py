@@ -13,7 +13,7 @@ Behind PgBouncer every statement runs in a transaction of SQLAlchemy's.
 
 A LangGraph checkpoint put that continues from the head is ONE statement on
 PostgreSQL too, and moves its thread's ``updated_at`` inside it; a read of the head
-is one.
+is one. So are a memory's put (a new one, or its next version) and get.
 """
 
 from __future__ import annotations
@@ -26,11 +26,13 @@ from urllib.parse import urlsplit
 
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
+from sqlalchemy import event
 
-from tenxstore import CheckpointRepository, StaleStateError
+from tenxstore import CheckpointRepository, MemoryStore, StaleStateError
 from tenxstore.langgraph import TenxCheckpointSaver
 from tests.cache.conftest import sql_statements
-from tests.conftest import backend_for, cfg
+from tests.conftest import TEST_KEYS, backend_for, cfg
+from tests.memory.embeddings import HashingEmbedding
 from tests.servers import PgWire, TcpProxy
 
 
@@ -182,3 +184,51 @@ async def test_langgraph_statements_per_put(name: str, tmp_path: Path) -> None:
         assert len(sent) == {"sqlite": 9, "pgbouncer": 7, "mariadb": 7}[name], said
         after = await repo.aget_thread(cfg("t", "u"))
         assert before is not None and after is not None and after.updated_at > before.updated_at
+
+
+async def test_a_memory_put_and_get_are_one_round_trip_on_postgresql(
+    pg_url: str, pg_schema: str
+) -> None:
+    """A put (a new memory, or the next version of a live one: its row, history,
+    vector and scope revision) is ONE statement in ONE round trip, and so is a get,
+    sent at driver level (SQLAlchemy's execution layer sees none of them). Sealed, the
+    next version of a memory whose uid the put did not know takes a second one: its
+    values are sealed for the uid the first reported."""
+    wire = PgWire()
+    link = TcpProxy(urlsplit(pg_url).port or 5432, parser=wire.reader())
+    await link.start()
+    url = f"postgresql://postgres@127.0.0.1:{link.port}/test"
+    stores = [
+        MemoryStore(url, schema=pg_schema, embedding=HashingEmbedding(), keys=keys)
+        for keys in (None, TEST_KEYS)
+    ]
+    executed: list[str] = []
+    try:
+        for store in stores:
+            await store.asetup()
+            engine = store.backend.engine.sync_engine
+            event.listen(engine, "before_cursor_execute", lambda *a: executed.append(a[2]))
+            for _ in range(3):  # connections opened, statements prepared on them
+                await store.astore("warm", "warm up", key="w")
+                await store.aget("warm", "w")
+        plain, sealed = stores
+        for store, user, next_trips in ((plain, "alice", 1), (sealed, "bob", 2)):
+            executed.clear()
+            with on_the_wire(wire) as new:
+                await store.astore(user, "prefers tea", key="drink", metadata={"a": 1})
+            assert (new.statements, new.round_trips) == (1, 1), vars(new)
+            for n in (2, 3):
+                with on_the_wire(wire) as put:
+                    made = await store.astore(user, f"prefers tea, version {n}", key="drink")
+                assert made.version == n
+                assert (put.statements, put.round_trips) == (next_trips, next_trips), vars(put)
+            with on_the_wire(wire) as get:
+                found = await store.aget(user, "drink")
+            assert found == made and found.metadata == {}
+            assert (get.statements, get.round_trips) == (1, 1), vars(get)
+            assert executed == []  # every one at driver level
+            assert [m.version for m in await store.ahistory(user, "drink")] == [3, 2, 1]
+    finally:
+        for store in stores:
+            await store.aclose()
+        await link.close()

@@ -1,0 +1,126 @@
+"""The one-step put and get (:mod:`tenxstore.memory.fast`) against the locked path they
+stand in for: the same calls, on one database, by a store that takes the one step and
+one that never does (``fast`` None), leave the same memories, versions, history,
+vectors and revisions behind; and a put the one step cannot commit writes nothing of
+its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from tenxstore import MemoryStore
+from tests.conftest import _with_encryption, backend_for
+from tests.memory.conftest import Clock
+from tests.memory.embeddings import HashingEmbedding
+
+
+def _seen(memory: Any) -> tuple[Any, ...]:
+    """What a call returned, but for its times (two stores, two moments)."""
+    if memory is None:
+        return (None,)
+    kept = memory.created_at == memory.updated_at
+    return (
+        memory.key,
+        memory.content,
+        memory.metadata,
+        memory.version,
+        kept,
+        memory.expires_at is None,
+    )
+
+
+async def _script(store: MemoryStore, user: str, clock: Clock) -> list[tuple[Any, ...]]:
+    """Puts and gets through every case of a put: new, next versions past the history
+    limit, a TTL set and cleared, with and without a vector, a generated key, an
+    expired memory replaced (the locked path's, either way)."""
+    said = [_seen(await store.astore(user, "tea", key="k1", metadata={"n": 1}))]
+    for n in range(2, 7):
+        ttl = 60 if n == 3 else None
+        said.append(_seen(await store.astore(user, f"tea {n}", key="k1", ttl=ttl)))
+        said.append(_seen(await store.aget(user, "k1")))
+    said.append(_seen(await store.astore(user, "coffee", key="k2", embed=False)))
+    said.append(_seen(await store.astore(user, "coffee beans", key="k2")))
+    said.append(_seen(await store.astore(user, "coffee grounds", key="k2", embed="beans")))
+    said.append(_seen(await store.astore(user, "no coffee", key="k2", embed=False)))
+    said.append(_seen(await store.astore(user, "short lived", key="k3", ttl=1)))
+    clock.advance(2)
+    said.append(_seen(await store.aget(user, "k3")))
+    said.append(_seen(await store.astore(user, "lives again", key="k3")))
+    made = await store.astore(user, "a generated key", namespace=("other", "place"))
+    said.append(_seen(made)[1:])
+    said.append(_seen(await store.aget(user, made.key, namespace=("other", "place")))[1:])
+    said.append(_seen(await store.aget(user, "never")))
+    return said
+
+
+async def _state(store: MemoryStore, user: str) -> dict[str, Any]:
+    """A user's memories as stored: each one's history, and its vector."""
+    rows = store.rows
+    m, vt = rows.m, rows.vt
+    state: dict[str, Any] = {}
+    for key in ("k1", "k2", "k3"):
+        state[key] = [_seen(h) for h in await store.ahistory(user, key)]
+    vectors = select(m.c.memory_key, vt.c.model_id, vt.c.dims, vt.c.vector).select_from(
+        m.join(vt, vt.c.memory_id == m.c.id)
+    )
+    named = vectors.where(m.c.user_id == user, m.c.namespace == "memories")
+    found = await store.base.read(named.order_by(m.c.memory_key))
+    state["vectors"] = [tuple(r) for r in found]
+    r = rows.r
+    scopes = select(r.c.namespace).where(r.c.user_id == user).order_by(r.c.namespace)
+    state["revisions"] = [row.namespace for row in await store.base.read(scopes)]
+    state["by words"] = [
+        (h.memory.key, h.memory.content) for h in await store.asearch(user, "tea", mode="keyword")
+    ]
+    return state
+
+
+@pytest.mark.parametrize("name", _with_encryption(["postgresql"]))
+async def test_one_step_and_locked_path_store_the_same(
+    name: str, tmp_path: Path, clock: Clock
+) -> None:
+    async with backend_for(name, tmp_path) as backend:
+        repo = await backend.make()
+        one_step = MemoryStore(repo, embedding=HashingEmbedding(), memory_history_limit=3)
+        locked = MemoryStore(repo, embedding=HashingEmbedding(), memory_history_limit=3)
+        assert one_step.fast is not None and one_step.fast.available
+        locked.fast = None  # every put and get takes the locked path
+        assert await _script(one_step, "fast", clock) == await _script(locked, "slow", clock)
+        assert await _state(one_step, "fast") == await _state(locked, "slow")
+        vectors = await _state(one_step, "fast")
+        assert [v[0] for v in vectors["vectors"]] == ["k1", "k3"]  # k2's last put had none
+
+
+@pytest.mark.parametrize("name", _with_encryption(["postgresql"]))
+async def test_a_put_the_one_step_leaves_writes_nothing(
+    name: str, tmp_path: Path, clock: Clock
+) -> None:
+    """An expired memory under the key: the one step writes nothing (its row, history,
+    vector and revision are as they were) and says the locked path must do it."""
+    from tenxstore.memory import fast, writes
+
+    async with backend_for(name, tmp_path) as backend:
+        store = MemoryStore(await backend.make(), embedding=HashingEmbedding())
+        await store.astore("alice", "short lived", key="k", ttl=1)
+        await store.astore("alice", "short lived, again", key="k", ttl=1)
+        before = await _raw(store)
+        clock.advance(2)
+        new = writes.written(store, "lives again", None)
+        blob = await writes.vector(store, "lives again", True)
+        assert await fast.put(store, "alice", "memories", "k", new, blob) is None
+        assert await _raw(store) == before
+        again = await store.astore("alice", "lives again", key="k")  # the locked path's
+        assert (again.version, again.content) == (1, "lives again")
+
+
+async def _raw(store: MemoryStore) -> list[Any]:
+    """Every row of the memory tables, as stored."""
+    rows = store.rows
+    found: list[Any] = []
+    for table in (rows.m, rows.v, rows.vt, rows.r):
+        found.append(sorted(tuple(map(str, r)) for r in await store.base.read(select(table))))
+    return found
