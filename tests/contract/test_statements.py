@@ -13,7 +13,8 @@ Behind PgBouncer every statement runs in a transaction of SQLAlchemy's.
 
 A LangGraph checkpoint put that continues from the head is ONE statement on
 PostgreSQL too, and moves its thread's ``updated_at`` inside it; a read of the head
-is one. So are a memory's put (a new one, or its next version) and get.
+is one. So are a memory's put (a new one, or its next version) and get; on SQLite
+they are one thread hop each.
 """
 
 from __future__ import annotations
@@ -232,3 +233,27 @@ async def test_a_memory_put_and_get_are_one_round_trip_on_postgresql(
         for store in stores:
             await store.aclose()
         await link.close()
+
+
+async def test_memory_statements_per_put_and_get_on_sqlite(tmp_path: Path) -> None:
+    """SQLite, in one thread hop each: a new memory is BEGIN IMMEDIATE, the look,
+    the row, the scope's revision, the vector, COMMIT; its next version moves the old
+    one to its history and updates the row instead of making one; a get is one
+    SELECT, in no transaction."""
+    store = MemoryStore(f"sqlite:///{tmp_path / 'm.db'}", embedding=HashingEmbedding())
+    await store.asetup()
+    try:
+        await store.aget("alice", "drink")  # the store id, read once at first use
+        with sql_statements(store.repository) as new:
+            await store.astore("alice", "prefers tea", key="drink")
+        said = "\n".join(s[:60] for s in new)
+        assert len(new) == 6 and new[0] == "BEGIN IMMEDIATE" and new[-1] == "COMMIT", said
+        with sql_statements(store.repository) as put:
+            made = await store.astore("alice", "prefers green tea", key="drink")
+        said = "\n".join(s[:60] for s in put)
+        assert len(put) == 7 and put[0] == "BEGIN IMMEDIATE" and put[-1] == "COMMIT", said
+        with sql_statements(store.repository) as get:
+            assert await store.aget("alice", "drink") == made
+        assert len(get) == 1 and get[0].startswith("SELECT"), get
+    finally:
+        await store.aclose()

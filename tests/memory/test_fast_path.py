@@ -79,7 +79,7 @@ async def _state(store: MemoryStore, user: str) -> dict[str, Any]:
     return state
 
 
-@pytest.mark.parametrize("name", _with_encryption(["postgresql"]))
+@pytest.mark.parametrize("name", _with_encryption(["sqlite", "postgresql"]))
 async def test_one_step_and_locked_path_store_the_same(
     name: str, tmp_path: Path, clock: Clock
 ) -> None:
@@ -95,7 +95,7 @@ async def test_one_step_and_locked_path_store_the_same(
         assert [v[0] for v in vectors["vectors"]] == ["k1", "k3"]  # k2's last put had none
 
 
-@pytest.mark.parametrize("name", _with_encryption(["postgresql"]))
+@pytest.mark.parametrize("name", _with_encryption(["sqlite", "postgresql"]))
 async def test_a_put_the_one_step_leaves_writes_nothing(
     name: str, tmp_path: Path, clock: Clock
 ) -> None:
