@@ -6,16 +6,21 @@ its own."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
-from tenxstore import MemoryStore
+from tenxstore import CheckpointRepository, MemoryStore
+from tenxstore.backends.pgvector import aenable
 from tests.conftest import _with_encryption, backend_for
 from tests.memory.conftest import Clock
 from tests.memory.embeddings import HashingEmbedding
+from tests.memory.test_pgvector import _vector_database
 
 
 def _seen(memory: Any) -> tuple[Any, ...]:
@@ -124,3 +129,61 @@ async def _raw(store: MemoryStore) -> list[Any]:
     for table in (rows.m, rows.v, rows.vt, rows.r):
         found.append(sorted(tuple(map(str, r)) for r in await store.base.read(select(table))))
     return found
+
+
+@pytest.fixture
+async def vector_schema() -> AsyncIterator[tuple[str, str]]:
+    """A schema of its own in this worker's database with pgvector (as
+    tests/memory/test_pgvector.py makes it), dropped afterwards."""
+    import asyncpg
+
+    url = await asyncio.to_thread(_vector_database)
+    name = f"f_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        yield url, name
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+    finally:
+        await conn.close()
+
+
+async def test_pgvectors_column_is_written_as_the_locked_path_writes_it(
+    vector_schema: tuple[str, str],
+) -> None:
+    """With pgvector enabled, the one step writes the ``vector`` column beside the
+    bytes as the locked path does; a store that began before it was enabled (and so
+    does not know the column) leaves it empty, as the locked path does, so searches
+    find that memory exactly rather than by a stale vector."""
+    vector_url, schema = vector_schema
+    repo = CheckpointRepository(vector_url, schema=schema)
+    await repo.asetup()
+    before = MemoryStore(repo, embedding=HashingEmbedding())
+    await before.astore("early", "Alice has a golden retriever", key="pet")
+    async with repo.store.backend.connect() as conn, conn.begin():
+        await aenable(conn, schema)
+    one_step = MemoryStore(repo, embedding=HashingEmbedding())
+    locked = MemoryStore(repo, embedding=HashingEmbedding())
+    locked.fast = None
+    for store, user in ((one_step, "fast"), (locked, "slow")):
+        for said in ("Alice has a golden retriever", "Alice adopted a grey cat"):
+            await store.astore(user, said, key="pet")
+        await store.astore(user, "Alice drinks a double espresso", key="coffee")
+    assert one_step.vectors is not None and one_step.vectors.pg is not None
+    await before.astore("early", "Alice adopted a grey cat", key="pet")  # a next version
+    assert before.vectors is not None and before.vectors.pg is None
+    async with repo.store.backend.connect() as conn:
+        found = await conn.execute(
+            text(
+                f'SELECT m.user_id, m.memory_key, v.embedding::text FROM "{schema}".memories m '
+                f'JOIN "{schema}".memory_vectors v ON v.memory_id = m.id ORDER BY 1, 2'
+            )
+        )
+        columns = {(r[0], r[1]): r[2] for r in found}
+    assert columns[("early", "pet")] is None
+    for key in ("pet", "coffee"):
+        assert columns[("fast", key)] is not None
+        assert columns[("fast", key)] == columns[("slow", key)]
+    hits = await one_step.asearch("early", "grey cats", mode="vector")
+    assert [h.memory.content for h in hits] == ["Alice adopted a grey cat"]
+    await repo.aclose()
