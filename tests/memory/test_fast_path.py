@@ -187,3 +187,31 @@ async def test_pgvectors_column_is_written_as_the_locked_path_writes_it(
     hits = await one_step.asearch("early", "grey cats", mode="vector")
     assert [h.memory.content for h in hits] == ["Alice adopted a grey cat"]
     await repo.aclose()
+
+
+@pytest.mark.parametrize("name", _with_encryption(["sqlite", "postgresql"]))
+async def test_concurrent_puts_of_one_memory_lose_nothing(name: str, tmp_path: Path) -> None:
+    """Puts of one key at once, beside puts of other keys of its namespace (a writer's
+    commit may land between another's snapshot and its locks): consecutive versions,
+    every content in the history, and the vector the last version's, which a search
+    of a matrix cached before them finds (each write renewed the scope's revision)."""
+    async with backend_for(name, tmp_path) as backend:
+        store = MemoryStore(await backend.make(), embedding=HashingEmbedding())
+        await store.astore("alice", "first words", key="k")
+        assert [h.memory.key for h in await store.asearch("alice", "first words")] == ["k"]
+
+        async def put(n: int) -> int:
+            await store.astore("alice", f"other {n}", key=f"o{n % 3}")
+            return (await store.astore("alice", f"wombat number {n}", key="k")).version
+
+        made = await asyncio.gather(*(put(n) for n in range(8)))
+        assert sorted(made) == list(range(2, 10))
+        versions = await store.ahistory("alice", "k")
+        assert [m.version for m in versions] == list(range(9, 0, -1))
+        assert {m.content for m in versions} == {
+            "first words",
+            *(f"wombat number {n}" for n in range(8)),
+        }
+        last = versions[0].content
+        hits = await store.asearch("alice", last, mode="vector", score_threshold=0.99)
+        assert [(h.memory.key, h.memory.content) for h in hits] == [("k", last)]
