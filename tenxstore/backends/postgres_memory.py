@@ -111,7 +111,9 @@ class OneStatement:
             return PutOutcome(None, found_uid)
         return PutOutcome(None, None)
 
-    async def get(self, user_id: Any, namespace: str, key: str, now: datetime) -> Any:
+    async def get(
+        self, user_id: Any, namespace: str, key: str, now: datetime
+    ) -> MemoryRecord | None:
         """One prepared SELECT (sent again once on a connection found dead)."""
         values = {"b_user": user_id, "b_ns": namespace, "b_key": key, "b_now": now}
         row = await self._backend.run_statement(self._get, values, write=False)

@@ -56,7 +56,9 @@ class OneHop:
         """Always, on a file's driver-level path."""
         return True
 
-    async def get(self, user_id: Any, namespace: str, key: str, now: datetime) -> Any:
+    async def get(
+        self, user_id: Any, namespace: str, key: str, now: datetime
+    ) -> MemoryRecord | None:
         """One SELECT in a reader thread."""
         values = {"b_user": user_id, "b_ns": namespace, "b_key": key, "b_now": now}
         row = await self._backend.fetch_in_thread(self._sql["get"], values)

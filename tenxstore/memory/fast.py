@@ -6,17 +6,20 @@ A put commits only the common cases — a new memory, or the next version of a l
 — or writes nothing and says so (see :class:`~tenxstore.backends.records.MemoryPut`);
 the locked path of :mod:`.writes` then does the work. Its values are checked, encoded
 and sealed before it is sent, as the locked path's are. Sealed values are bound to the
-memory's ``uid``: a new memory's is made here, and the next version of one whose uid
-the first attempt did not know is sealed for the uid it reported, and sent again.
+memory's ``uid``: a new memory's is made here; the next version of one is sealed for
+its uid where the path reads it (SQLite's, under the write lock), or else for the uid
+the first attempt reported, and sent again (PostgreSQL: a second statement).
 """
 
 from __future__ import annotations
 
 import secrets
+import threading
 import uuid
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from ..backends.records import MemoryPut
+from ..backends.records import MemoryFastPath, MemoryPut
 from ..crypto import MEMORY_CONTENT, MEMORY_METADATA
 from ..types import Memory
 from .rows import Written
@@ -24,37 +27,82 @@ from .rows import Written
 if TYPE_CHECKING:
     from .store import MemoryStore
 
-__all__ = ["get", "put", "ready"]
+__all__ = ["OneStep", "get", "put", "ready"]
+
+
+class OneStep:
+    """A backend's one-step path (:class:`~tenxstore.backends.records.MemoryFastPath`)
+    and, for a store that seals, the uid of each memory it last wrote or read here: a
+    next version sealed for it is one statement, not two (a uid that is no longer the
+    memory's writes nothing, and the put goes on as without it). At most
+    :attr:`REMEMBERED` uids, the least recent forgotten."""
+
+    REMEMBERED = 4096
+
+    def __init__(self, path: MemoryFastPath, sealed: bool) -> None:
+        self.path, self.sealed = path, sealed
+        self._uids: OrderedDict[tuple[Any, str, str], str] = OrderedDict()
+        self._lock = threading.Lock()  # the sync twins may share a store across threads
+
+    @property
+    def available(self) -> bool:
+        """Whether the path may be taken now."""
+        return self.path.available
+
+    def uid(self, memory: tuple[Any, str, str]) -> str | None:
+        """The uid last seen of the memory (user, namespace, key), or None."""
+        with self._lock:
+            return self._uids.get(memory)
+
+    def seen(self, memory: tuple[Any, str, str], uid: str) -> None:
+        """The memory has this uid (remembered only where values are sealed)."""
+        if not self.sealed:
+            return
+        with self._lock:
+            self._uids[memory] = uid
+            self._uids.move_to_end(memory)
+            if len(self._uids) > self.REMEMBERED:
+                self._uids.popitem(last=False)
 
 
 def ready(store: MemoryStore) -> bool:
     """Whether the store's backend has a one-step path, to be taken now."""
-    path = store.fast
-    return path is not None and path.available
+    one = store.fast
+    return one is not None and one.available
 
 
 async def get(store: MemoryStore, owner: Any, ns: str, name: str) -> Memory | None:
     """``aget`` in one step (only when :func:`ready`): the memory, or None."""
-    path = store.fast
-    assert path is not None
+    one = store.fast
+    assert one is not None
     base = store.base
     if base.store_id is None:
         await base.ensure_ready()
-    found = await path.get(owner, ns, name, base.now())
-    return None if found is None else store.rows.memory(found)
+    found = await one.path.get(owner, ns, name, base.now())
+    if found is None:
+        return None
+    one.seen((owner, ns, name), found.uid)
+    return store.rows.memory(found)
 
 
 async def put(
     store: MemoryStore, owner: Any, ns: str, name: str, new: Written, blob: bytes | None
 ) -> Memory | None:
     """``astore`` in one step: the memory as stored, or None when nothing was written
-    (the locked path must do the work)."""
-    path = store.fast
-    if path is None or not path.available:
+    (the locked path must do the work).
+
+    A first attempt seals for the uid last seen of the memory (then it may only write
+    its next version) or a new one (then it may make it too). Written: done. Else a
+    live memory of another uid is sealed for and sent again; a remembered uid that
+    found no memory is tried as a new one; anything else is the locked path's.
+    """
+    one = store.fast
+    if one is None or not one.available:
         return None
     base, rows = store.base, store.rows
     await base.ensure_writable()  # refused before any write, as the locked path is
-    assert new.content is not None and new.metadata is not None
+    text, meta = new.content, new.metadata
+    assert text is not None and meta is not None  # a put writes both
     vectors = store.vectors
     model = dims = vector_type = None
     if blob is not None:
@@ -63,15 +111,14 @@ async def put(
         vector_type = None if vectors.pg is None else vectors.pg.vector_type()
 
     def sealed(uid: str) -> tuple[str, str]:
-        assert new.content is not None and new.metadata is not None
-        return rows.seal(new.content, uid, MEMORY_CONTENT), rows.seal(
-            new.metadata, uid, MEMORY_METADATA
-        )
+        return rows.seal(text, uid, MEMORY_CONTENT), rows.seal(meta, uid, MEMORY_METADATA)
 
-    uid, make = uuid.uuid4().hex, True
+    memory = (owner, ns, name)
+    known = one.uid(memory)
+    uid, make = (uuid.uuid4().hex, True) if known is None else (known, False)
     for _ in range(2):
         content, metadata = sealed(uid)
-        outcome = await path.put(
+        outcome = await one.path.put(
             MemoryPut(
                 user_id=owner,
                 namespace=ns,
@@ -94,8 +141,12 @@ async def put(
             )
         )
         if outcome.written is not None:
+            one.seen(memory, outcome.written.uid)
             return rows.memory(outcome.written)
-        if outcome.uid is None:
+        if outcome.uid is not None:  # sealed for the live memory there, and sent again
+            uid, make = outcome.uid, False
+        elif not make:  # the uid remembered found no live memory: as a new one
+            uid, make = uuid.uuid4().hex, True
+        else:
             return None
-        uid, make = outcome.uid, False  # sealed for the live memory there, then sent again
     return None

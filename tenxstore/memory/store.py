@@ -121,7 +121,8 @@ class MemoryStore(SyncTwins):
         """Sweeps and bulk deletes (:class:`~tenxstore.memory.lifecycle.MemoryLifecycle`)."""
         self.vectors = None if self.embedding is None else Vectors(store, self.rows, self.embedding)
         """The vectors of this store's embedding (None without one)."""
-        self.fast = store.backend.memory_fast_path(store)
+        path = store.backend.memory_fast_path(store)
+        self.fast = None if path is None else fast.OneStep(path, store.keys is not None)
         """The backend's one-step put and get (:mod:`tenxstore.memory.fast`), or None."""
 
     def with_embedding(self, embedding: Any) -> MemoryStore:

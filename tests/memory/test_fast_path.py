@@ -215,3 +215,30 @@ async def test_concurrent_puts_of_one_memory_lose_nothing(name: str, tmp_path: P
         last = versions[0].content
         hits = await store.asearch("alice", last, mode="vector", score_threshold=0.99)
         assert [(h.memory.key, h.memory.content) for h in hits] == [("k", last)]
+
+
+@pytest.mark.parametrize("name", ["sqlite+encrypted", "postgresql+encrypted"])
+async def test_a_remembered_uid_of_a_memory_gone_or_made_again(name: str, tmp_path: Path) -> None:
+    """A sealing store remembers each memory's uid; when another store deletes the
+    memory, or makes it again (a new life: a new uid), the next put still writes the
+    memory as it is, and a memory made anew gets a uid of its own, never the one
+    remembered."""
+    async with backend_for(name, tmp_path) as backend:
+        repo = await backend.make()
+        one, other = MemoryStore(repo), MemoryStore(repo)
+        m = one.rows.m
+        uid_of_k = select(m.c.uid).where(m.c.memory_key == "k")
+        await one.astore("alice", "v1", key="k")
+        uids = [(await one.base.read(uid_of_k))[0][0]]
+        assert await other.adelete("alice", "k")
+        await other.astore("alice", "again", key="k")
+        uids.append((await one.base.read(uid_of_k))[0][0])
+        made = await one.astore("alice", "v2", key="k")
+        assert (made.version, made.content) == (2, "v2")
+        assert await other.aget("alice", "k") == made
+        assert await other.adelete("alice", "k")
+        made = await one.astore("alice", "v3", key="k")
+        assert (made.version, made.content) == (1, "v3")
+        assert await other.aget("alice", "k") == made
+        assert (await one.base.read(uid_of_k))[0][0] not in uids
+        assert [h.content for h in await other.ahistory("alice", "k")] == ["v3"]
