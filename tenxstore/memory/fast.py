@@ -17,6 +17,7 @@ import secrets
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..backends.records import MemoryFastPath, MemoryPut
@@ -99,8 +100,30 @@ async def put(
     one = store.fast
     if one is None or not one.available:
         return None
+    await store.base.ensure_writable()  # refused before any write, as the locked path is
+    put_for = _prepared(store, owner, ns, name, new, blob)
+    memory = (owner, ns, name)
+    known = one.uid(memory)
+    uid, make = (uuid.uuid4().hex, True) if known is None else (known, False)
+    for _ in range(2):
+        outcome = await one.path.put(put_for(uid, make))
+        if outcome.written is not None:
+            one.seen(memory, outcome.written.uid)
+            return store.rows.memory(outcome.written)
+        if outcome.uid is not None:  # sealed for the live memory there, and sent again
+            uid, make = outcome.uid, False
+        elif not make:  # the uid remembered found no live memory: as a new one
+            uid, make = uuid.uuid4().hex, True
+        else:
+            return None
+    return None
+
+
+def _prepared(
+    store: MemoryStore, owner: Any, ns: str, name: str, new: Written, blob: bytes | None
+) -> Callable[[str, bool], MemoryPut]:
+    """The put's values, sealed for a given uid (and whether it may make the memory)."""
     base, rows = store.base, store.rows
-    await base.ensure_writable()  # refused before any write, as the locked path is
     text, meta = new.content, new.metadata
     assert text is not None and meta is not None  # a put writes both
     vectors = store.vectors
@@ -113,40 +136,27 @@ async def put(
     def sealed(uid: str) -> tuple[str, str]:
         return rows.seal(text, uid, MEMORY_CONTENT), rows.seal(meta, uid, MEMORY_METADATA)
 
-    memory = (owner, ns, name)
-    known = one.uid(memory)
-    uid, make = (uuid.uuid4().hex, True) if known is None else (known, False)
-    for _ in range(2):
+    def put_for(uid: str, make: bool) -> MemoryPut:
         content, metadata = sealed(uid)
-        outcome = await one.path.put(
-            MemoryPut(
-                user_id=owner,
-                namespace=ns,
-                key=name,
-                uid=uid,
-                make=make,
-                sealed=base.keys is not None,
-                content=content,
-                metadata=metadata,
-                terms=new.terms,
-                now=new.now,
-                expires_at=new.expires_at,
-                history_limit=store.memory_history_limit,
-                revision=secrets.randbits(62),  # as MemoryRows.bump stamps one
-                vector=blob,
-                model_id=model,
-                dims=dims,
-                vector_type=vector_type,
-                reseal=sealed if base.keys is not None else None,
-            )
+        return MemoryPut(
+            user_id=owner,
+            namespace=ns,
+            key=name,
+            uid=uid,
+            make=make,
+            sealed=base.keys is not None,
+            content=content,
+            metadata=metadata,
+            terms=new.terms,
+            now=new.now,
+            expires_at=new.expires_at,
+            history_limit=store.memory_history_limit,
+            revision=secrets.randbits(62),  # as MemoryRows.bump stamps one
+            vector=blob,
+            model_id=model,
+            dims=dims,
+            vector_type=vector_type,
+            reseal=sealed if base.keys is not None else None,
         )
-        if outcome.written is not None:
-            one.seen(memory, outcome.written.uid)
-            return rows.memory(outcome.written)
-        if outcome.uid is not None:  # sealed for the live memory there, and sent again
-            uid, make = outcome.uid, False
-        elif not make:  # the uid remembered found no live memory: as a new one
-            uid, make = uuid.uuid4().hex, True
-        else:
-            return None
-    return None
+
+    return put_for
