@@ -325,10 +325,11 @@ class _Statements:
 
     def vector(self, written: CTE, vector_type: str | None) -> CTE:
         """``vins``: the old vector deleted (``vdel``, run to its end first) and the
-        new one inserted, with pgvector's column when ``vector_type`` names it."""
+        new one inserted, as the locked path does: a store that does not know of
+        pgvector's column (enabled after it looked) leaves it empty, never stale. With
+        the column (``vector_type``), an upsert of every column instead (``vups``): an
+        unchanged vector is then a HOT update, not a new entry in the HNSW index."""
         vt = self.vt
-        gone = delete(vt).where(vt.c.memory_id.in_(select(written.c.id)))
-        gone_cte = gone.returning(vt.c.memory_id).cte("vdel")
         blob = bindparam("b_vector", type_=vt.c.vector.type)
         names = ["memory_id", "model_id", "dims", "vector"]
         values: list[Any] = [
@@ -337,11 +338,19 @@ class _Statements:
             bindparam("b_dims", type_=vt.c.dims.type),
             blob,
         ]
-        target: Any = vt
+        ours = vt.c.memory_id.in_(select(written.c.id))
         if vector_type is not None:
             names.append("embedding")
             values.append(cast(bindparam("b_floats", type_=ARRAY(REAL())), _Vector(vector_type)))
             target = table(vt.name, *(column(n) for n in names), schema=vt.schema)
+            upsert = pg_insert(target).from_select(names, select(*values).where(blob.is_not(None)))
+            upsert = upsert.on_conflict_do_update(
+                index_elements=["memory_id"],
+                set_={n: upsert.excluded[n] for n in names[1:]},
+            )
+            gone = delete(vt).where(ours, blob.is_(None))  # no vector: none kept
+            return upsert.add_cte(gone.cte("vdel")).cte("vups")
+        gone_cte = delete(vt).where(ours).returning(vt.c.memory_id).cte("vdel")
         deleted_first = select(func.count()).select_from(gone_cte).scalar_subquery() >= 0
         new = select(*values).where(blob.is_not(None), deleted_first)
-        return insert(target).from_select(names, new).cte("vins")
+        return insert(vt).from_select(names, new).cte("vins")
