@@ -151,6 +151,13 @@ def statements(tables: Tables, dialect: Dialect, vector_type: str | None) -> _Co
     return found
 
 
+def _one(value: Any) -> Any:
+    """The value of a CTE of one row at most, as a scalar subquery: a table's rows are
+    then looked up by index whatever a plan cached with stale statistics estimates
+    (a join may become a scan of every vector)."""
+    return select(value).scalar_subquery()
+
+
 class _Vector(UserDefinedType[Any]):
     """pgvector's column type, as the schema names it (``"public".vector``)."""
 
@@ -292,12 +299,12 @@ class _Statements:
         m = self.m
         return (
             update(m)
-            .where(m.c.id == cur.c.id, exists(select(rev.c.revision)))
+            .where(m.c.id == _one(cur.c.id), exists(select(rev.c.revision)))
             .values(
                 content=bindparam("b_content", type_=m.c.content.type),
                 metadata=bindparam("b_metadata", type_=m.c.metadata.type),
                 terms=bindparam("b_terms", type_=m.c.terms.type),
-                version=cur.c.version + 1,
+                version=_one(cur.c.version) + 1,
                 updated_at=self.now,
                 expires_at=bindparam("b_expires", type_=m.c.expires_at.type),
             )
@@ -316,10 +323,10 @@ class _Statements:
     def pruned(self, cur: CTE, rev: CTE) -> CTE:
         """``pruned``: the past versions beyond the limit (the current one counts)."""
         v = self.v
-        beyond = v.c.version <= cur.c.version + 1 - self.limit
+        beyond = v.c.version <= _one(cur.c.version) + 1 - self.limit
         return (
             delete(v)
-            .where(v.c.memory_id == cur.c.id, beyond, exists(select(rev.c.revision)))
+            .where(v.c.memory_id == _one(cur.c.id), beyond, exists(select(rev.c.revision)))
             .cte("pruned")
         )
 
@@ -338,7 +345,7 @@ class _Statements:
             bindparam("b_dims", type_=vt.c.dims.type),
             blob,
         ]
-        ours = vt.c.memory_id.in_(select(written.c.id))
+        ours = vt.c.memory_id == _one(written.c.id)
         if vector_type is not None:
             names.append("embedding")
             values.append(cast(bindparam("b_floats", type_=ARRAY(REAL())), _Vector(vector_type)))
