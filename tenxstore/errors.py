@@ -16,6 +16,7 @@ __all__ = [
     "ConnectionLost",
     "DatabaseError",
     "DatabaseUnavailable",
+    "Deadlock",
     "DecryptionError",
     "EmbeddingError",
     "ImportConflict",
@@ -278,6 +279,12 @@ class ConnectionLost(TenxStoreError, ConnectionError):
 class LockTimeout(TenxStoreError, TimeoutError):
     """A write waited longer than ``lock_timeout`` for its thread's or memory's row lock;
     nothing was written."""
+
+
+class Deadlock(LockTimeout):
+    """The database chose the write as a deadlock's victim and rolled it back whole;
+    nothing was written, and retrying is safe (the memory store's writes retry it
+    themselves a few times)."""
 
 
 class StatementCancelled(TenxStoreError, TimeoutError):

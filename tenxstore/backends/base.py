@@ -32,6 +32,7 @@ from ..errors import (
     ConfigError,
     ConnectionLost,
     DatabaseUnavailable,
+    Deadlock,
     LockTimeout,
     StatementCancelled,
     TenxStoreError,
@@ -48,6 +49,7 @@ from .retry import RetryPolicy
 
 if TYPE_CHECKING:
     from ..store import Store
+    from .records import MemoryFastPath
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT_S",
@@ -361,6 +363,10 @@ class Backend(ABC):
         ``store``'s tables, or None (this default): the portable paths then run."""
         return None
 
+    def memory_fast_path(self, store: Store) -> MemoryFastPath | None:
+        """This database's one-step memory put and get, or None (the locked path)."""
+        return None
+
     async def run_statement(
         self, stmt: DriverStatement, values: Mapping[str, Any], *, write: bool, many: bool = False
     ) -> Any:
@@ -520,10 +526,10 @@ class Backend(ABC):
         """Whether the server broke a deadlock by rolling this transaction back."""
         return False
 
-    def deadlocked(self) -> LockTimeout:
+    def deadlocked(self) -> Deadlock:
         """A deadlock: the server rolled the transaction back (nothing was written)."""
         log.warning("a write on %s was chosen as a deadlock victim", self.describe())
-        return LockTimeout(
+        return Deadlock(
             "the write deadlocked with another one and was rolled back; nothing was "
             "written: retrying is safe"
         )

@@ -9,14 +9,14 @@ per-statement work (the profile put ~0.1 ms per statement and per checkout there
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Dialect
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import ClauseElement, ColumnElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
-__all__ = ["DRIVER_PACKAGES", "DriverStatement", "causes"]
+__all__ = ["DRIVER_PACKAGES", "DriverStatement", "RowDecoder", "causes"]
 
 DRIVER_PACKAGES = ("sqlalchemy", "asyncpg", "aiosqlite", "sqlite3", "asyncmy", "pymysql")
 """Packages whose exceptions are the database layer's (a class from one of them, or from
@@ -64,3 +64,23 @@ class DriverStatement:
             value = values.get(name, default)
             out.append(value if processor is None else processor(value))
         return tuple(out)
+
+
+class RowDecoder:
+    """The values of rows of given columns as SQLAlchemy's execution would hand them
+    back: each through its type's result processor for the dialect (SQLite's stored
+    text of a datetime becomes a datetime, say)."""
+
+    __slots__ = ("_processors",)
+
+    def __init__(self, columns: Iterable[ColumnElement[Any]], dialect: Dialect) -> None:
+        self._processors = tuple(
+            c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns
+        )
+
+    def values(self, row: Sequence[Any]) -> list[Any]:
+        """The first values of ``row``, one per column, processed."""
+        return [
+            value if processor is None else processor(value)
+            for value, processor in zip(row, self._processors, strict=False)
+        ]

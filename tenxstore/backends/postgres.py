@@ -58,6 +58,7 @@ from .driver import DriverStatement
 from .memory_sql import PostgresKeywords
 from .pgoptions import asyncpg_options
 from .postgres_catalog import database_identity, table_footprint
+from .postgres_memory import OneStatement as OneStatementMemory
 from .postgres_writes import hot_writes
 from .records import Footprint, Head, HeadWrite, LangGraphFastPath, StateWrite
 
@@ -77,6 +78,7 @@ _BORROWED = "_tenxstore_borrowed"
 
 if TYPE_CHECKING:
     from ..store import Store
+    from .records import MemoryFastPath
 
 
 @compiles(CodePointOrder, "postgresql")
@@ -193,6 +195,10 @@ class PostgresBackend(Backend):
         from .postgres_langgraph import OneStatement
 
         return OneStatement(store)
+
+    def memory_fast_path(self, store: Store) -> MemoryFastPath | None:
+        """One statement each, at driver level (:mod:`.postgres_memory`)."""
+        return OneStatementMemory(store) if self.one_statement_writes else None
 
     async def run_statement(
         self, stmt: DriverStatement, values: Mapping[str, Any], *, write: bool, many: bool = False

@@ -25,7 +25,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -42,8 +42,9 @@ from ..loops import CrossLoopLock
 from .base import Backend, timeout_ms
 from .codes import SQLITE_CANTOPEN, sqlite_code
 from .connections import give_back
+from .driver import DriverStatement
 from .memory_sql import SqliteKeywords
-from .records import Footprint, Head, HeadWrite, LangGraphFastPath, TableSizes
+from .records import Footprint, Head, HeadWrite, LangGraphFastPath, MemoryFastPath, TableSizes
 from .sqlite_driver import (
     busy,
     file_identity,
@@ -55,6 +56,7 @@ from .sqlite_hotpath import (
     HotPath,
     Ticket,  # noqa: F401  # tests/contract/test_cancellation.py imports it from here
 )
+from .sqlite_memory import OneHop as OneHopMemory
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +173,19 @@ class SqliteBackend(Backend):
             return await self._hot.read_in_thread_with(work)
         except sqlite3.Error as exc:
             raise self._driver_error(exc) from exc
+
+    async def fetch_in_thread(self, stmt: DriverStatement, values: Mapping[str, Any]) -> Any:
+        """The first row of one read statement (or None), in one thread hop."""
+        assert self._hot is not None
+        try:
+            return await self._hot.fetch_in_thread(stmt, values)
+        except sqlite3.Error as exc:
+            raise self._driver_error(exc) from exc
+
+    def memory_fast_path(self, store: Store) -> MemoryFastPath | None:
+        """One thread hop each on the file's driver-level path (:mod:`.sqlite_memory`);
+        None without one."""
+        return None if self._hot is None else OneHopMemory(self, store)
 
     def _driver_error(self, exc: sqlite3.Error) -> Exception:
         if busy(exc):

@@ -162,6 +162,16 @@ class HotPath:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool("read"), self.read_with, work)
 
+    async def fetch_in_thread(self, stmt: DriverStatement, values: Mapping[str, Any]) -> Any:
+        """The first row of one read statement (or None) in a reader thread: one hop,
+        no transaction (one statement reads one snapshot)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._pool("read"),
+            self._reading,
+            lambda cursor: self.execute(cursor, stmt, values).fetchone(),
+        )
+
     def read_with(self, work: Callable[[Any], _T]) -> _T:
         """``work(cursor)`` in a read transaction (see :meth:`_reading`)."""
 

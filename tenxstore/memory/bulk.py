@@ -183,8 +183,12 @@ async def _round(
         if (item.ns, item.key) in made:
             continue
         held = found.get((item.ns, item.key))
-        if held is None:
-            held = (await conn.execute(rows.lock, rows.one(owner, item.ns, item.key))).one()
+        if held is None:  # made by another writer since the lock (or gone again)
+            held, here = await rows.create(conn, owner, item.ns, item.key, item.new, bump=False)
+            if here:
+                made[(item.ns, item.key)] = held
+                await writes.write_vector(store, conn, held.id, item.blob, content_written=True)
+                continue
         row = await rows.replace(conn, held, item.new, keep_expiry=False, bump=False)
         await writes.write_vector(store, conn, row.id, item.blob, content_written=True)
         made[(item.ns, item.key)] = row

@@ -151,30 +151,42 @@ class MemoryRows:
             )
 
     async def create(
-        self, conn: AsyncConnection, user_id: Any, namespace: str, key: str, w: Written
+        self,
+        conn: AsyncConnection,
+        user_id: Any,
+        namespace: str,
+        key: str,
+        w: Written,
+        *,
+        bump: bool = True,
     ) -> tuple[Any, bool]:
         """Insert version 1 unless another writer made the memory meanwhile; the locked
-        row, and whether it is the one made here."""
+        row, and whether it is the one made here. A memory another writer deleted
+        between the insert (which found it) and the lock is made again here.
+        ``bump=False``: the caller bumps the revision (see :meth:`replace`)."""
         assert w.content is not None and w.metadata is not None
-        uid = uuid.uuid4().hex
-        await conn.execute(
-            self.insert_new,
-            {
-                "uid": uid,
-                "user_id": user_id,
-                "namespace": namespace,
-                "memory_key": key,
-                "content": self.seal(w.content, uid, MEMORY_CONTENT),
-                "metadata": self.seal(w.metadata, uid, MEMORY_METADATA),
-                "terms": w.terms,
-                "version": 1,
-                "created_at": w.now,
-                "updated_at": w.now,
-                "expires_at": w.expires_at,
-            },
-        )
-        row = (await conn.execute(self.lock, self.one(user_id, namespace, key))).one()
-        if row.uid == uid:
+        while True:
+            uid = uuid.uuid4().hex
+            await conn.execute(
+                self.insert_new,
+                {
+                    "uid": uid,
+                    "user_id": user_id,
+                    "namespace": namespace,
+                    "memory_key": key,
+                    "content": self.seal(w.content, uid, MEMORY_CONTENT),
+                    "metadata": self.seal(w.metadata, uid, MEMORY_METADATA),
+                    "terms": w.terms,
+                    "version": 1,
+                    "created_at": w.now,
+                    "updated_at": w.now,
+                    "expires_at": w.expires_at,
+                },
+            )
+            row = (await conn.execute(self.lock, self.one(user_id, namespace, key))).first()
+            if row is not None:  # else deleted since the insert found it: insert again
+                break
+        if row.uid == uid and bump:
             await self.bump(conn, [(user_id, namespace)])
         return row, row.uid == uid
 

@@ -26,7 +26,7 @@ from ..store import Store
 from ..telemetry import traced
 from ..types import AuthPolicy, Memory, MemoryHit
 from ..validate import check_count, is_int
-from . import bulk, hybrid, keyword, writes
+from . import bulk, fast, hybrid, keyword, writes
 from .bulk import NewMemory
 from .lifecycle import MemoryLifecycle, check_batch_size
 from .opening import check_options, open_repository
@@ -123,6 +123,9 @@ class MemoryStore(SyncTwins):
         """Sweeps and bulk deletes (:class:`~tenxstore.memory.lifecycle.MemoryLifecycle`)."""
         self.vectors = None if self.embedding is None else Vectors(store, self.rows, self.embedding)
         """The vectors of this store's embedding (None without one)."""
+        path = store.backend.memory_fast_path(store)
+        self.fast = None if path is None else fast.OneStep(path, store.keys is not None)
+        """The backend's one-step put and get (:mod:`tenxstore.memory.fast`), or None."""
 
     def with_embedding(self, embedding: Any) -> MemoryStore:
         """This store's memories (its database, key ring, isolation, history limit and
@@ -249,7 +252,7 @@ class MemoryStore(SyncTwins):
         # the caller's text, as areembed and TenxStore embed it (new.content is its
         # stored, JSON-encoded form)
         blob = await writes.vector(self, content, embed)
-        return await writes.put(self, owner, ns, name, new, blob)
+        return await writes.retried(lambda: writes.put(self, owner, ns, name, new, blob))
 
     @traced(write=True, prefix="memory.")
     async def astore_many(
@@ -287,7 +290,7 @@ class MemoryStore(SyncTwins):
         items = await bulk.prepared(self, memories, bulk.check_batch(embed_batch_size))
         if not items:
             return []
-        return await bulk.store_many(self, owner, items, size)
+        return await writes.retried(lambda: bulk.store_many(self, owner, items, size))
 
     @traced(prefix="memory.")
     async def aget(
@@ -301,6 +304,8 @@ class MemoryStore(SyncTwins):
         """The memory, or None (never stored, deleted, expired, or another user's)."""
         owner = self._owner(user_id, auth_policy)
         ns, name = check_namespace(namespace), check_key(key)
+        if fast.ready(self):
+            return await fast.get(self, owner, ns, name)
         rows = self.rows
         m = rows.m
         clauses = rows.scope(owner, ns, self.base.now(), exact=True)
@@ -351,7 +356,9 @@ class MemoryStore(SyncTwins):
         if embed is None and content is not None and self.vectors is not None:
             embed = await writes.has_vector(self, owner, ns, name)
         blob = await writes.vector(self, content, True if embed is None else embed)
-        return await writes.update(self, owner, ns, name, new, blob, expected_version)
+        return await writes.retried(
+            lambda: writes.update(self, owner, ns, name, new, blob, expected_version)
+        )
 
     @traced(write=True, prefix="memory.")
     async def adelete(
@@ -366,7 +373,7 @@ class MemoryStore(SyncTwins):
         is deleted too, and was already gone)."""
         owner = self._owner(user_id, auth_policy)
         ns, name = check_namespace(namespace), check_key(key)
-        return await writes.delete(self, owner, ns, name)
+        return await writes.retried(lambda: writes.delete(self, owner, ns, name))
 
     @traced(prefix="memory.")
     async def ahistory(

@@ -9,21 +9,51 @@ vector beside it (:func:`write_vector`). The caller has checked every argument.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import select
 
-from ..errors import MemoryNotFound, StaleStateError
+from ..errors import Deadlock, MemoryNotFound, StaleStateError
 from ..types import Memory
-from . import search
+from . import fast, search
 from .rows import Written
 from .validation import check_content, check_metadata, check_ttl, split
 
 if TYPE_CHECKING:
     from .store import MemoryStore
 
-__all__ = ["delete", "has_vector", "live", "put", "update", "vector", "write_vector", "written"]
+T = TypeVar("T")
+
+__all__ = [
+    "DEADLOCK_TRIES",
+    "delete",
+    "has_vector",
+    "live",
+    "put",
+    "retried",
+    "update",
+    "vector",
+    "write_vector",
+    "written",
+]
+
+DEADLOCK_TRIES = 3
+"""Tries of a memory write the database rolls back as a deadlock's victim."""
+
+
+async def retried(attempt: Callable[[], Awaitable[T]]) -> T:
+    """Run a memory write's transaction, again when the database rolled it back as a
+    deadlock's victim (nothing of it was written; MariaDB's gap locks make them of an
+    upsert beside a delete of one key): at most :data:`DEADLOCK_TRIES` times."""
+    for n in range(DEADLOCK_TRIES):
+        try:
+            return await attempt()
+        except Deadlock:
+            if n == DEADLOCK_TRIES - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def live(row: Any, now: datetime) -> bool:
@@ -89,7 +119,11 @@ async def write_vector(
 async def put(
     store: MemoryStore, owner: Any, ns: str, name: str, new: Written, blob: bytes | None
 ) -> Memory:
-    """``astore``'s transaction: a new memory, or the next version of the one there."""
+    """``astore``: in one step where it can be (:mod:`.fast`), else its transaction
+    under the memory's lock: a new memory, or the next version of the one there."""
+    done = await fast.put(store, owner, ns, name, new, blob)
+    if done is not None:
+        return done
     rows = store.rows
     async with store.base.write_rows(rows.lock, rows.one(owner, ns, name)) as (conn, row):
         if row is not None and not live(row, new.now):

@@ -13,7 +13,8 @@ Behind PgBouncer every statement runs in a transaction of SQLAlchemy's.
 
 A LangGraph checkpoint put that continues from the head is ONE statement on
 PostgreSQL too, and moves its thread's ``updated_at`` inside it; a read of the head
-is one.
+is one. So are a memory's put (a new one, or its next version) and get; on SQLite
+they are one thread hop each.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from urllib.parse import urlsplit
 
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
+from sqlalchemy import event
 
-from tenxstore import CheckpointRepository, StaleStateError
+from tenxstore import CheckpointRepository, MemoryStore, StaleStateError
 from tenxstore.langgraph import TenxCheckpointSaver
 from tests.cache.conftest import sql_statements
-from tests.conftest import backend_for, cfg
+from tests.conftest import TEST_KEYS, backend_for, cfg
+from tests.memory.embeddings import HashingEmbedding
 from tests.servers import PgWire, TcpProxy
 
 
@@ -182,3 +185,80 @@ async def test_langgraph_statements_per_put(name: str, tmp_path: Path) -> None:
         assert len(sent) == {"sqlite": 9, "pgbouncer": 7, "mariadb": 7}[name], said
         after = await repo.aget_thread(cfg("t", "u"))
         assert before is not None and after is not None and after.updated_at > before.updated_at
+
+
+async def test_a_memory_put_and_get_are_one_round_trip_on_postgresql(
+    pg_url: str, pg_schema: str
+) -> None:
+    """A put (a new memory, or the next version of a live one: its row, history,
+    vector and scope revision) is ONE statement in ONE round trip, and so is a get,
+    sent at driver level (SQLAlchemy's execution layer sees none of them). Sealed, so
+    is the next version of a memory the store has written or read (its values are
+    sealed for the memory's uid, remembered); of one it has not, two: the second
+    sealed for the uid the first reported."""
+    wire = PgWire()
+    link = TcpProxy(urlsplit(pg_url).port or 5432, parser=wire.reader())
+    await link.start()
+    url = f"postgresql://postgres@127.0.0.1:{link.port}/test"
+    stores = [
+        MemoryStore(url, schema=pg_schema, embedding=HashingEmbedding(), keys=keys)
+        for keys in (None, TEST_KEYS, TEST_KEYS)
+    ]
+    executed: list[str] = []
+    try:
+        for store in stores:
+            await store.asetup()
+            engine = store.backend.engine.sync_engine
+            event.listen(engine, "before_cursor_execute", lambda *a: executed.append(a[2]))
+            for _ in range(3):  # connections opened, statements prepared on them
+                await store.astore("warm", "warm up", key="w")
+                await store.aget("warm", "w")
+        plain, sealed, other = stores
+        for store, user in ((plain, "alice"), (sealed, "bob")):
+            executed.clear()
+            with on_the_wire(wire) as new:
+                await store.astore(user, "prefers tea", key="drink", metadata={"a": 1})
+            assert (new.statements, new.round_trips) == (1, 1), vars(new)
+            for n in (2, 3):
+                with on_the_wire(wire) as put:
+                    made = await store.astore(user, f"prefers tea, version {n}", key="drink")
+                assert made.version == n
+                assert (put.statements, put.round_trips) == (1, 1), vars(put)
+            with on_the_wire(wire) as get:
+                found = await store.aget(user, "drink")
+            assert found == made and found.metadata == {}
+            assert (get.statements, get.round_trips) == (1, 1), vars(get)
+            assert executed == []  # every one at driver level
+            assert [m.version for m in await store.ahistory(user, "drink")] == [3, 2, 1]
+        with on_the_wire(wire) as unknown:
+            made = await other.astore("bob", "prefers coffee", key="drink")
+        assert made.version == 4 and (unknown.statements, unknown.round_trips) == (2, 2)
+        assert (await sealed.aget("bob", "drink")) == made
+    finally:
+        for store in stores:
+            await store.aclose()
+        await link.close()
+
+
+async def test_memory_statements_per_put_and_get_on_sqlite(tmp_path: Path) -> None:
+    """SQLite, in one thread hop each: a new memory is BEGIN IMMEDIATE, the look,
+    the row, the scope's revision, the vector, COMMIT; its next version moves the old
+    one to its history and updates the row instead of making one; a get is one
+    SELECT, in no transaction."""
+    store = MemoryStore(f"sqlite:///{tmp_path / 'm.db'}", embedding=HashingEmbedding())
+    await store.asetup()
+    try:
+        await store.aget("alice", "drink")  # the store id, read once at first use
+        with sql_statements(store.repository) as new:
+            await store.astore("alice", "prefers tea", key="drink")
+        said = "\n".join(s[:60] for s in new)
+        assert len(new) == 6 and new[0] == "BEGIN IMMEDIATE" and new[-1] == "COMMIT", said
+        with sql_statements(store.repository) as put:
+            made = await store.astore("alice", "prefers green tea", key="drink")
+        said = "\n".join(s[:60] for s in put)
+        assert len(put) == 7 and put[0] == "BEGIN IMMEDIATE" and put[-1] == "COMMIT", said
+        with sql_statements(store.repository) as get:
+            assert await store.aget("alice", "drink") == made
+        assert len(get) == 1 and get[0].startswith("SELECT"), get
+    finally:
+        await store.aclose()

@@ -124,3 +124,25 @@ async def test_cancelled_writes_leave_whole_versions(memories: MemoryStore) -> N
     assert all(m.metadata == {"n": int(m.content[1:])} for m in versions if m.version > 1)
     again = await memories.aupdate("alice", "k", content="after", expected_version=head.version)
     assert again.version == head.version + 1  # no lock was left behind
+
+
+@pytest.mark.parametrize("one_step", [True, False], ids=["one-step", "locked"])
+async def test_stores_and_deletes_of_one_key_at_once_never_fail(
+    memories: MemoryStore, one_step: bool
+) -> None:
+    """A store whose insert found the memory, deleted before its lock took it, makes
+    it again (it failed with DatabaseError: a row expected, none found)."""
+    if not one_step:
+        memories.fast = None  # the locked path, as under contention
+    for _ in range(6):
+        outcomes = await asyncio.gather(
+            *(
+                memories.astore("alice", f"c{n}", key="k")
+                if n % 2
+                else memories.adelete("alice", "k")
+                for n in range(8)
+            ),
+            memories.astore_many("alice", ["x", {"content": "y", "key": "k"}]),
+            return_exceptions=True,
+        )
+        assert [o for o in outcomes if isinstance(o, BaseException)] == []
