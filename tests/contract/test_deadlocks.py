@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from tenxstore import LockTimeout
+from tenxstore import Deadlock, LockTimeout
 from tests.conftest import backend_for, cfg
 
 
@@ -43,8 +43,9 @@ async def test_a_deadlock_is_a_lock_timeout_and_the_other_write_commits(
         done = await asyncio.wait_for(
             asyncio.gather(write(0, "a", "b"), write(1, "b", "a"), return_exceptions=True), 20
         )
-        assert sorted(type(d).__name__ for d in done) == ["LockTimeout", "NoneType"], done
-        loser = next(i for i, d in enumerate(done) if isinstance(d, LockTimeout))
+        assert sorted(type(d).__name__ for d in done) == ["Deadlock", "NoneType"], done
+        loser = next(i for i, d in enumerate(done) if isinstance(d, Deadlock))
+        assert isinstance(done[loser], LockTimeout)  # a Deadlock is a LockTimeout
         assert "nothing was written" in str(done[loser])
         names = {}
         for thread in "ab":
