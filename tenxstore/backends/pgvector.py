@@ -213,7 +213,11 @@ class PgVector:
         fixed = self.vector_type(dims)
         # model and dims as literals: the planner matches the partial index by them
         model = f"v.model_id = {_literal(model_id)} AND v.dims = {int(dims)}"
-        distance = f"(v.embedding::{fixed}) {self.distance()} CAST(:v_q AS {fixed}) AS distance"
+        # the query as float4[] (asyncpg's binary array, not a text to parse)
+        distance = (
+            f"(v.embedding::{fixed}) {self.distance()} CAST(CAST(:v_q AS real[]) AS {fixed}) "
+            "AS distance"
+        )
         cols = ", ".join(f"m.{_quote(c.name)}" for c in columns)
         sql = (
             "WITH scope AS MATERIALIZED ("
@@ -254,7 +258,7 @@ class PgVector:
     def arguments(query: Sequence[float], count: int) -> dict[str, Any]:
         """The parameters of :meth:`search` but ``where``'s own: ``count`` nearest."""
         return {
-            "v_q": _text(query),
+            "v_q": list(query),
             "v_k": count,
             "v_ef": str(max(40, min(count, 1000))),
             "v_small": EXACT_BELOW,

@@ -91,7 +91,7 @@ async def _candidates(
     and the rows neither read read in one snapshot."""
     base, m = store.base, store.rows.m
     now = base.now()
-    scope = store.rows.scope(users, ns, now)
+    scope = store.rows.scope(users, ns, now) if words or not vectors.indexed else []
     ranked = search.ranked(base.backend.keywords, m, words, scope).limit(count) if words else None
     if vectors.indexed:
         found = await vectors.search_indexed(users, ns, query, count, now, ranked)
@@ -99,6 +99,7 @@ async def _candidates(
             have = {r.id: r for r in found.by_words}
             have.update((r.id, r) for r, _ in found.near)
             return [(r.id, c) for r, c in found.near], found.by_words, have
+        scope = store.rows.scope(users, ns, now)
     async with base.snapshot() as conn:
         near = await vectors.nearest(conn, users, ns, query, count, now)
         by_words = [] if ranked is None else list((await conn.execute(ranked)).all())

@@ -153,6 +153,7 @@ class Vectors:
         self.checked = False
         self.pg: PgVector | None = None  # pgvector's column, when enabled: written
         self.hnsw = False  # and this model's HNSW index, searched (else exact search)
+        self._tagged: dict[int, Select[Any]] = {}  # pgvector's statement, in a UNION
 
     # -- embedding, before any transaction -------------------------------------------
 
@@ -411,10 +412,14 @@ class Vectors:
             rows = await self.store.read(near, params)
             found, right = self.pg.answer(rows, count)
             return Candidates(found, [], right)
-        vec = near.subquery("near")
+        tagged = self._tagged.get(id(near))
+        if tagged is None:  # made once per statement: its columns are many
+            vec = near.subquery("near")
+            tagged = select(literal_column("0").label("kind"), *vec.c, null().label("score"))
+            self._tagged[id(near)] = tagged
         words = by_words.subquery("words")
         stmt = union_all(
-            select(literal_column("0").label("kind"), *vec.c, null().label("score")),
+            tagged,
             select(
                 literal_column("1"),
                 null(),
