@@ -199,10 +199,13 @@ class PgVector:
           lateral join on this one row (no ``SET LOCAL`` and no transaction of its
           own); no row, and no scan, when the scope is small;
         * ``near``: a scope of at least ``:v_small`` memories through the HNSW index,
-          each candidate's memories row looked up by its primary key (a lateral
-          subquery the planner may not turn into another join); a smaller one
-          exactly, every vector of its memories compared (cheaper than an index
-          scan walking other tenants' vectors to find a few of its own);
+          each candidate's memories row looked up by its primary key alone (a
+          lateral subquery behind ``OFFSET 0``, so neither turned into another join
+          nor given the scope's clauses, with which an unanalyzed planner preferred
+          the user's index: every candidate walked all of the user's memories), the
+          scope applied to the row found; a smaller one exactly, every vector of
+          its memories compared (cheaper than an index scan walking other tenants'
+          vectors to find a few of its own), each looked up by its primary key too;
         * ``unfilled``: through the partial index :data:`UNFILLED`, empty but for
           rows written by a process started before ``enable-pgvector``.
         """
@@ -230,19 +233,20 @@ class PgVector:
             "), near AS MATERIALIZED ("
             f"SELECT n.* FROM settings, LATERAL (SELECT {cols}, {distance} "
             f"FROM {self.table} v CROSS JOIN LATERAL (SELECT m.* FROM {self.memories} m "
-            f"WHERE m.id = v.memory_id AND {where} OFFSET 0) AS m "
-            f"WHERE {model} AND v.embedding IS NOT NULL "
+            f"WHERE m.id = v.memory_id OFFSET 0) AS m "
+            f"WHERE {model} AND v.embedding IS NOT NULL AND {where} "
             "AND settings.scan IS NOT NULL AND settings.ef IS NOT NULL "
             "ORDER BY distance LIMIT :v_k) AS n "
             "UNION ALL "
             f"SELECT n.* FROM scope, LATERAL (SELECT {cols}, {distance} "
             f"FROM (SELECT m.* FROM {self.memories} m WHERE {where} OFFSET 0) AS m "
-            f"CROSS JOIN LATERAL (SELECT v.embedding FROM {self.table} v "
-            f"WHERE v.memory_id = m.id AND {model} AND v.embedding IS NOT NULL OFFSET 0) AS v "
-            "WHERE scope.live < :v_small ORDER BY distance LIMIT :v_k) AS n"
+            "CROSS JOIN LATERAL (SELECT v.embedding, v.model_id, v.dims "
+            f"FROM {self.table} v WHERE v.memory_id = m.id OFFSET 0) AS v "
+            f"WHERE {model} AND v.embedding IS NOT NULL AND scope.live < :v_small "
+            "ORDER BY distance, m.id DESC LIMIT :v_k) AS n"
             f") SELECT scope.live, EXISTS (SELECT 1 FROM {self.table} v "
-            f"WHERE v.embedding IS NULL AND (SELECT true FROM {self.memories} m "
-            f"WHERE m.id = v.memory_id AND {where})) AS unfilled, near.* "
+            f"WHERE v.embedding IS NULL AND (SELECT ({where}) FROM {self.memories} m "
+            "WHERE m.id = v.memory_id)) AS unfilled, near.* "
             "FROM scope LEFT JOIN near ON true"
         )
         found = text(sql).columns(

@@ -181,6 +181,13 @@ async def test_search_is_one_statement_and_never_across_tenants(
     scanned = [n for n in nodes if n.get("Index Name") == name]
     assert scanned, "the HNSW index is in the plan"
     assert (scanned[0].get("Actual Loops", 0) > 0) == (small == 0)
+    # and whatever the tables' statistics (these were never analyzed), a row looked up
+    # once per candidate is looked up by its primary key: never by walking the user's
+    repeated = [n for n in nodes if n.get("Actual Loops", 0) > 1 and "Relation Name" in n]
+    assert repeated and {(n["Relation Name"], n.get("Index Name")) for n in repeated} <= {
+        ("memories", "pk_memories"),
+        ("memory_vectors", "pk_memory_vectors"),
+    }, [(n["Relation Name"], n.get("Index Name")) for n in repeated]
     # without the iterative scan, the same index scan leaves alice with fewer than five
     # (the settings the statement makes are its own: this connection has none)
     async with repo.store.backend.connect() as conn, conn.begin():
