@@ -31,6 +31,11 @@ __all__ = ["CANDIDATES", "reembed", "search_by_meaning"]
 
 CANDIDATES = 50
 """At least this many candidates of each ranking are fused (more with a filter)."""
+VECTOR_MARGIN = 2
+"""A vector search without a filter reads this many times ``limit`` nearest (more when
+some were gone since): for the HNSW index a margin over its approximate top ``limit``,
+and ``hnsw.ef_search`` at least 40 (relative recall@10 1.0 at 10,000 memories,
+benchmarks/memory.py); hybrid search fuses :data:`CANDIDATES` at least."""
 _MOST = 64_000  # candidates of each ranking read at most while a filter drops some
 
 
@@ -51,7 +56,10 @@ async def search_by_meaning(
     query = await vectors.query(text)  # before any transaction
     words = search.query_words(text) if mode == "hybrid" and store.keyword_index else []
     rows = store.rows
-    count = max(CANDIDATES, limit * (4 if keep is None else 10))
+    if mode == "vector" and keep is None:  # the nearest are the answer: no fusion
+        count = limit * VECTOR_MARGIN
+    else:
+        count = max(CANDIDATES, limit * (4 if keep is None else 10))
     while True:
         near, by_words, have = await _candidates(store, vectors, users, ns, query, words, count)
         if mode == "vector":
