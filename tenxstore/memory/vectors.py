@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, namedtuple
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -43,7 +43,9 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Select
+from sqlalchemy.sql.selectable import TextualSelect
 
+from ..backends.driver import DriverStatement
 from ..backends.pgvector import PgVector, astatus, ensure_index
 from ..embeddings import Embedding
 from ..errors import ConfigError, EmbeddingError
@@ -154,6 +156,7 @@ class Vectors:
         self.pg: PgVector | None = None  # pgvector's column, when enabled: written
         self.hnsw = False  # and this model's HNSW index, searched (else exact search)
         self._tagged: dict[int, Select[Any]] = {}  # pgvector's statement, in a UNION
+        self._driver: dict[int, tuple[DriverStatement, Any]] = {}  # ... and at driver level
 
     # -- embedding, before any transaction -------------------------------------------
 
@@ -409,8 +412,7 @@ class Vectors:
         near: Any = self.pg.search(self.model_id, self.dims, " AND ".join(where), list(m.c))
         params.update(self.pg.arguments(query.tolist(), count))
         if by_words is None:
-            rows = await self.store.read(near, params)
-            found, right = self.pg.answer(rows, count)
+            found, right = self.pg.answer(await self._read(near, params), count)
             return Candidates(found, [], right)
         tagged = self._tagged.get(id(near))
         if tagged is None:  # made once per statement: its columns are many
@@ -437,6 +439,23 @@ class Vectors:
             key=lambda r: (-float(r.score or 0.0), -_epoch(r.updated_at), -r.id),
         )
         return Candidates(found, ranked, right)
+
+    async def _read(self, stmt: TextualSelect, params: dict[str, Any]) -> list[Any]:
+        """The rows of a statement of :mod:`tenxstore.backends.pgvector`: at driver level
+        where the backend runs statements so (one prepared statement on a borrowed
+        asyncpg connection, no SQLAlchemy execution), rows with their columns as
+        attributes; else one read."""
+        backend = self.store.backend
+        if not backend.one_statement_writes:
+            return await self.store.read(stmt, params)
+        compiled = self._driver.get(id(stmt))
+        if compiled is None:
+            names = [c.name for c in stmt.selected_columns]
+            compiled = (DriverStatement(stmt, backend.engine.dialect), namedtuple("Found", names))
+            self._driver[id(stmt)] = compiled
+        statement, row = compiled
+        records = await backend.run_statement(statement, params, write=False, many=True)
+        return [row(*r) for r in records]
 
 
 class Candidates(NamedTuple):
