@@ -15,20 +15,23 @@ bytes already stored, and one partial expression index per (model, dims) present
 
 HNSW needs fixed dimensions, hence the cast and the predicate (written as literals in
 every search, so the planner can match the partial index). A store whose schema has
-the column writes it with every vector and searches with::
+the column writes it in every vector's insert, and searches in ONE statement
+(:meth:`PgVector.search`, in autocommit: one round trip, no transaction of its own)
+that sets, local to itself::
 
-    SET LOCAL hnsw.iterative_scan = relaxed_order   -- pgvector 0.8+
-    SET LOCAL hnsw.ef_search = max(40, k)
+    set_config('hnsw.iterative_scan', 'relaxed_order', true)   -- pgvector 0.8+
+    set_config('hnsw.ef_search', max(40, k), true)
 
 so that an index scan keeps going until ``k`` rows pass the user/namespace/expiry
-filter: another tenant's nearer vectors never fill a top-k. On pgvector older than 0.8
-(no iterative scans) the store keeps to exact search. A search is answered exactly,
-too, when the scan stopped (``hnsw.max_scan_tuples``) with fewer than ``k`` rows while
-the scope holds more, or when the scope has rows without the column (written by a
-process started before enabling; found through the partial index ``UNFILLED``). The
-index is looked up in the catalog before it is made (``CREATE INDEX IF NOT EXISTS``
-needs the table's owner even when it exists); a role that may not make a missing one
-logs a warning and searches exactly.
+filter: another tenant's nearer vectors never fill a top-k. A scope of fewer than
+:data:`EXACT_BELOW` memories is compared exactly in the same statement instead. On
+pgvector older than 0.8 (no iterative scans) the store keeps to exact search. A
+search is answered exactly, too, when the scan stopped (``hnsw.max_scan_tuples``)
+with fewer than ``k`` rows while the scope holds more, or when the scope has rows
+without the column (written by a process started before enabling; found through
+the partial index ``UNFILLED``). The index is looked up in the catalog before it is
+made (``CREATE INDEX IF NOT EXISTS`` needs the table's owner even when it exists); a
+role that may not make a missing one logs a warning and searches exactly.
 """
 
 from __future__ import annotations
@@ -38,8 +41,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import text
+from sqlalchemy import BigInteger, Boolean, ColumnClause, Float, column, text
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.selectable import TextualSelect
 
 from ..errors import ConfigError
 
@@ -47,6 +51,7 @@ if TYPE_CHECKING:
     from ..store import Store
 
 __all__ = [
+    "EXACT_BELOW",
     "PgVector",
     "Status",
     "aenable",
@@ -61,6 +66,10 @@ UNFILLED = "ix_memory_vectors_unfilled"
 """The partial index of the rows whose ``vector`` column is not written."""
 MAX_HNSW_DIMS = 2000
 """pgvector's HNSW index takes vectors of at most this many dimensions."""
+EXACT_BELOW = 300
+"""A scope of fewer live memories than this is searched exactly, in the same statement
+(every vector of its memories compared), not through the HNSW index, whose iterative
+scan would walk other tenants' vectors to find a few of the scope's."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +150,7 @@ class PgVector:
         self.memories = (f"{_quote(schema)}." if schema else "") + "memories"
         self.schema = schema
         self.ext = _quote(extension_schema)
+        self._statements: dict[Any, TextualSelect] = {}
 
     def vector_type(self, dims: int | None = None) -> str:
         return f"{self.ext}.vector" + ("" if dims is None else f"({dims})")
@@ -148,79 +158,146 @@ class PgVector:
     def distance(self) -> str:
         return f"OPERATOR({self.ext}.<=>)"
 
-    async def write(self, conn: AsyncConnection, memory_id: int, vector: list[float]) -> None:
-        """Set the ``vector`` column of a row just written."""
-        await self.write_many(conn, [(memory_id, vector)])
-
-    async def write_many(
-        self, conn: AsyncConnection, rows: Sequence[tuple[int, Sequence[float]]]
+    async def insert(
+        self,
+        conn: AsyncConnection,
+        memory_id: int,
+        model_id: str,
+        vector: bytes,
+        floats: Sequence[float],
     ) -> None:
-        """Set the ``vector`` column of rows just written (one ``executemany``)."""
+        """Insert a memory's vector row (``vector``: its float32 bytes, ``floats``: the
+        same numbers) with its ``vector`` column, in one statement: a row inserted
+        without it and then updated would leave a dead version in the index
+        :data:`UNFILLED`, which every search reads until a vacuum."""
+        await self.insert_many(conn, model_id, [(memory_id, vector, floats)])
+
+    async def insert_many(
+        self,
+        conn: AsyncConnection,
+        model_id: str,
+        rows: Sequence[tuple[int, bytes, Sequence[float]]],
+    ) -> None:
+        """:meth:`insert` of many rows ``(memory_id, vector, floats)``, one
+        ``executemany``."""
         await conn.execute(
             text(
-                f"UPDATE {self.table} SET embedding = CAST(:e AS {self.vector_type()}) "
-                "WHERE memory_id = :i"
+                f"INSERT INTO {self.table} (memory_id, model_id, dims, vector, embedding) "
+                f"VALUES (:i, :m, :d, :v, CAST(:e AS {self.vector_type()}))"
             ),
-            [{"e": _text(vector), "i": memory_id} for memory_id, vector in rows],
+            [
+                {"i": i, "m": model_id, "d": len(floats), "v": vector, "e": _text(floats)}
+                for i, vector, floats in rows
+            ],
         )
 
-    async def nearest(
-        self,
-        conn: AsyncConnection,
-        model_id: str,
-        dims: int,
-        query: list[float],
-        where: str,
-        params: dict[str, Any],
-        count: int,
-    ) -> list[tuple[int, float]]:
-        """The ``count`` nearest rows of the model passing ``where`` (SQL on ``m``, the
-        memories row, and ``v``), by cosine: (memory id, similarity), closest first."""
-        await conn.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
-        await conn.execute(text(f"SET LOCAL hnsw.ef_search = {max(40, min(count, 1000))}"))
+    def search(
+        self, model_id: str, dims: int, where: str, columns: Sequence[ColumnClause[Any]]
+    ) -> TextualSelect:
+        """ONE statement: the ``:v_k`` nearest memories of the model passing ``where``
+        (SQL on ``m``, the memories row, with named parameters), each row's ``columns``
+        (of ``memories``) and cosine ``distance``, with the scope's ``live`` count (up
+        to ``:v_most``) and whether it has ``unfilled`` rows; one row of NULLs but those
+        two when nothing is found. Parameters: :meth:`arguments`.
+
+        Long because it is one statement of four parts, each fenced so that the
+        planner runs it one way whatever the tables' statistics say (tables never
+        analyzed, as right after a load with autovacuum off, had it walk every
+        memory of the user once per candidate of the index: 140 ms at 1,000):
+
+        * ``scope``: the scope's memories counted up to ``:v_most``;
+        * ``settings``: ``set_config`` of the iterative scan and ``ef_search``, local
+          to the statement's transaction; pgvector reads them when the index scan
+          fetches its first row, which is after: the scan is the inner side of a
+          lateral join on this one row (no ``SET LOCAL`` and no transaction of its
+          own); no row, and no scan, when the scope is small;
+        * ``near``: a scope of at least ``:v_small`` memories through the HNSW index,
+          each candidate's memories row looked up by its primary key alone (a
+          lateral subquery behind ``OFFSET 0``, so neither turned into another join
+          nor given the scope's clauses, with which an unanalyzed planner preferred
+          the user's index: every candidate walked all of the user's memories), the
+          scope applied to the row found; a smaller one exactly, every vector of
+          its memories compared (cheaper than an index scan walking other tenants'
+          vectors to find a few of its own), each looked up by its primary key too;
+        * ``unfilled``: through the partial index :data:`UNFILLED`, empty but for
+          rows written by a process started before ``enable-pgvector``.
+        """
+        key = (model_id, dims, where, tuple(c.name for c in columns))
+        found = self._statements.get(key)
+        if found is not None:
+            return found
         fixed = self.vector_type(dims)
         # model and dims as literals: the planner matches the partial index by them
-        stmt = text(
-            "WITH near AS MATERIALIZED ("
-            f"SELECT v.memory_id, (v.embedding::{fixed}) {self.distance()} "
-            f"CAST(:q AS {fixed}) AS distance "
-            f"FROM {self.table} v JOIN {self.memories} m ON m.id = v.memory_id "
-            f"WHERE v.model_id = {_literal(model_id)} AND v.dims = {int(dims)} "
-            f"AND v.embedding IS NOT NULL AND {where} "
-            "ORDER BY distance LIMIT :k"
-            ") SELECT memory_id, distance FROM near ORDER BY distance, memory_id DESC"
+        model = f"v.model_id = {_literal(model_id)} AND v.dims = {int(dims)}"
+        # the query as float4[] (asyncpg's binary array, not a text to parse)
+        distance = (
+            f"(v.embedding::{fixed}) {self.distance()} CAST(CAST(:v_q AS real[]) AS {fixed}) "
+            "AS distance"
         )
-        found = await conn.execute(stmt, {**params, "q": _text(query), "k": count})
-        return [(int(r.memory_id), 1.0 - float(r.distance)) for r in found]
+        cols = ", ".join(f"m.{_quote(c.name)}" for c in columns)
+        sql = (
+            "WITH scope AS MATERIALIZED ("
+            f"SELECT count(*) AS live FROM (SELECT 1 FROM {self.memories} m WHERE {where} "
+            "LIMIT :v_most) AS c"
+            "), settings AS MATERIALIZED ("
+            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true) AS scan, "
+            "set_config('hnsw.ef_search', :v_ef, true) AS ef "
+            "FROM scope WHERE scope.live >= :v_small"
+            "), near AS MATERIALIZED ("
+            f"SELECT n.* FROM settings, LATERAL (SELECT {cols}, {distance} "
+            f"FROM {self.table} v CROSS JOIN LATERAL (SELECT m.* FROM {self.memories} m "
+            f"WHERE m.id = v.memory_id OFFSET 0) AS m "
+            f"WHERE {model} AND v.embedding IS NOT NULL AND {where} "
+            "AND settings.scan IS NOT NULL AND settings.ef IS NOT NULL "
+            "ORDER BY distance LIMIT :v_k) AS n "
+            "UNION ALL "
+            f"SELECT n.* FROM scope, LATERAL (SELECT {cols}, {distance} "
+            f"FROM (SELECT m.* FROM {self.memories} m WHERE {where} OFFSET 0) AS m "
+            "CROSS JOIN LATERAL (SELECT v.embedding, v.model_id, v.dims "
+            f"FROM {self.table} v WHERE v.memory_id = m.id OFFSET 0) AS v "
+            f"WHERE {model} AND v.embedding IS NOT NULL AND scope.live < :v_small "
+            "ORDER BY distance, m.id DESC LIMIT :v_k) AS n"
+            f") SELECT scope.live, EXISTS (SELECT 1 FROM {self.table} v "
+            f"WHERE v.embedding IS NULL AND (SELECT ({where}) FROM {self.memories} m "
+            "WHERE m.id = v.memory_id)) AS unfilled, near.* "
+            "FROM scope LEFT JOIN near ON true"
+        )
+        found = text(sql).columns(
+            column("live", BigInteger()),
+            column("unfilled", Boolean()),
+            *(column(c.name, c.type) for c in columns),
+            column("distance", Float()),
+        )
+        self._statements[key] = found
+        return found
 
-    async def unfilled(
-        self, conn: AsyncConnection, model_id: str, dims: int, where: str, params: dict[str, Any]
-    ) -> bool:
-        """Whether a row of the model passing ``where`` has no ``vector`` column (written
-        by a process started before ``enable-pgvector``): the index cannot find it."""
-        stmt = text(
-            f"SELECT EXISTS (SELECT 1 FROM {self.table} v JOIN {self.memories} m "
-            f"ON m.id = v.memory_id WHERE v.model_id = {_literal(model_id)} "
-            f"AND v.dims = {int(dims)} AND v.embedding IS NULL AND {where})"
-        )
-        return bool((await conn.execute(stmt, params)).scalar())
+    @staticmethod
+    def arguments(query: Sequence[float], count: int) -> dict[str, Any]:
+        """The parameters of :meth:`search` but ``where``'s own: ``count`` nearest."""
+        return {
+            "v_q": list(query),
+            "v_k": count,
+            "v_ef": str(max(40, min(count, 1000))),
+            "v_small": EXACT_BELOW,
+            "v_most": max(EXACT_BELOW, count),
+        }
 
-    async def live(
-        self,
-        conn: AsyncConnection,
-        model_id: str,
-        dims: int,
-        where: str,
-        params: dict[str, Any],
-        most: int,
-    ) -> int:
-        """How many rows of the model pass ``where`` (counted up to ``most``)."""
-        stmt = text(
-            f"SELECT count(*) FROM (SELECT 1 FROM {self.table} v JOIN {self.memories} m "
-            f"ON m.id = v.memory_id WHERE v.model_id = {_literal(model_id)} "
-            f"AND v.dims = {int(dims)} AND {where} LIMIT :most) AS live"
+    @staticmethod
+    def answer(rows: Sequence[Any], count: int) -> tuple[list[tuple[Any, float]], bool]:
+        """The rows of :meth:`search` as (row, similarity), closest first (among
+        equals the most recently made: a larger id), and whether they are the
+        answer: False when exact search must answer instead (the scope has unfilled
+        rows, or the index scan stopped, at ``hnsw.max_scan_tuples``, with fewer
+        than ``count`` of the scope's while it holds more)."""
+        if not rows or rows[0].unfilled:
+            return [], False
+        found = sorted(
+            ((r, 1.0 - float(r.distance)) for r in rows if r.distance is not None),
+            key=lambda f: (-f[1], -f[0].id),
         )
-        return int((await conn.execute(stmt, {**params, "most": most})).scalar() or 0)
+        live = int(rows[0].live)
+        stopped = live >= EXACT_BELOW and len(found) < count and live > len(found)
+        return found, not stopped
 
 
 def _text(vector: Any) -> str:

@@ -31,6 +31,11 @@ __all__ = ["CANDIDATES", "reembed", "search_by_meaning"]
 
 CANDIDATES = 50
 """At least this many candidates of each ranking are fused (more with a filter)."""
+VECTOR_MARGIN = 2
+"""A vector search without a filter reads this many times ``limit`` nearest (more when
+some were gone since): for the HNSW index a margin over its approximate top ``limit``,
+and ``hnsw.ef_search`` at least 40 (relative recall@10 1.0 at 10,000 memories,
+benchmarks/memory.py); hybrid search fuses :data:`CANDIDATES` at least."""
 _MOST = 64_000  # candidates of each ranking read at most while a filter drops some
 
 
@@ -50,28 +55,17 @@ async def search_by_meaning(
     await vectors.check_model()
     query = await vectors.query(text)  # before any transaction
     words = search.query_words(text) if mode == "hybrid" and store.keyword_index else []
-    base, rows = store.base, store.rows
-    m = rows.m
-    count = max(CANDIDATES, limit * (4 if keep is None else 10))
+    rows = store.rows
+    if mode == "vector" and keep is None:  # the nearest are the answer: no fusion
+        count = limit * VECTOR_MARGIN
+    else:
+        count = max(CANDIDATES, limit * (4 if keep is None else 10))
     while True:
-        now = base.now()
-        scope = rows.scope(users, ns, now)
-        async with base.snapshot() as conn:
-            near = await vectors.nearest(conn, users, ns, query, count, now)
-            by_words: list[Any] = []
-            if words:
-                stmt = search.ranked(base.backend.keywords, m, words, scope)
-                by_words = list((await conn.execute(stmt.limit(count))).all())
-            if mode == "vector":
-                scored = [(i, min(1.0, max(0.0, (1.0 + c) / 2))) for i, c in near]
-            else:
-                scored = _fused(near, [(r.id, r.score) for r in by_words], limit)
-            have = {r.id: r for r in by_words}
-            missing = [i for i, _ in scored if i not in have]
-            for start in range(0, len(missing), 500):
-                chunk = missing[start : start + 500]
-                found = await conn.execute(select(*m.c).where(m.c.id.in_(chunk), and_(*scope)))
-                have.update((r.id, r) for r in found)
+        near, by_words, have = await _candidates(store, vectors, users, ns, query, words, count)
+        if mode == "vector":
+            scored = [(i, min(1.0, max(0.0, (1.0 + c) / 2))) for i, c in near]
+        else:
+            scored = _fused(near, [(r.id, r.score) for r in by_words], limit)
         hits: list[MemoryHit] = []
         for memory_id, score in scored:
             if score < threshold:
@@ -87,6 +81,43 @@ async def search_by_meaning(
         if (len(near) < count and len(by_words) < count) or count >= _MOST:
             return hits
         count *= 4
+
+
+async def _candidates(
+    store: MemoryStore,
+    vectors: Vectors,
+    users: Any,
+    ns: str,
+    query: Any,
+    words: list[str],
+    count: int,
+) -> tuple[list[tuple[int, float]], list[Any], dict[int, Any]]:
+    """The ``count`` nearest memories (id, cosine), closest first; the ``count`` best
+    by ``words`` (rows with ``id`` and ``score``), best first; and the rows of both
+    by id. Through pgvector's index in one statement where it is enabled (see
+    :meth:`Vectors.search_indexed`), else exactly: the keyword ranking, the vectors
+    and the rows neither read read in one snapshot."""
+    base, m = store.base, store.rows.m
+    now = base.now()
+    scope = store.rows.scope(users, ns, now) if words or not vectors.indexed else []
+    ranked = search.ranked(base.backend.keywords, m, words, scope).limit(count) if words else None
+    if vectors.indexed:
+        found = await vectors.search_indexed(users, ns, query, count, now, ranked)
+        if found.right:
+            have = {r.id: r for r in found.by_words}
+            have.update((r.id, r) for r, _ in found.near)
+            return [(r.id, c) for r, c in found.near], found.by_words, have
+        scope = store.rows.scope(users, ns, now)
+    async with base.snapshot() as conn:
+        near = await vectors.nearest(conn, users, ns, query, count, now)
+        by_words = [] if ranked is None else list((await conn.execute(ranked)).all())
+        have = {r.id: r for r in by_words}
+        missing = [i for i, _ in near if i not in have]
+        for start in range(0, len(missing), 500):
+            chunk = missing[start : start + 500]
+            found_rows = await conn.execute(select(*m.c).where(m.c.id.in_(chunk), and_(*scope)))
+            have.update((r.id, r) for r in found_rows)
+    return near, by_words, have
 
 
 KEYWORD_WEIGHT = 0.002

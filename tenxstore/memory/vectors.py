@@ -23,15 +23,29 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, namedtuple
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import String, bindparam, delete, func, insert, or_, select
+from sqlalchemy import (
+    String,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal_column,
+    null,
+    or_,
+    select,
+    union_all,
+)
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Select
+from sqlalchemy.sql.selectable import TextualSelect
 
+from ..backends.driver import DriverStatement
 from ..backends.pgvector import PgVector, astatus, ensure_index
 from ..embeddings import Embedding
 from ..errors import ConfigError, EmbeddingError
@@ -42,7 +56,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["CACHE", "MatrixCache", "Vectors", "numpy"]
+__all__ = ["CACHE", "Candidates", "MatrixCache", "Vectors", "numpy"]
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +155,8 @@ class Vectors:
         self.checked = False
         self.pg: PgVector | None = None  # pgvector's column, when enabled: written
         self.hnsw = False  # and this model's HNSW index, searched (else exact search)
+        self._tagged: dict[int, Select[Any]] = {}  # pgvector's statement, in a UNION
+        self._driver: dict[int, tuple[DriverStatement, Any]] = {}  # ... and at driver level
 
     # -- embedding, before any transaction -------------------------------------------
 
@@ -260,6 +276,10 @@ class Vectors:
         """The memory's vector is ``vector`` (its old one replaced)."""
         t = self.t
         await conn.execute(delete(t).where(t.c.memory_id == memory_id))
+        if self.pg is not None:  # with pgvector's column, in the insert
+            floats = numpy().frombuffer(vector, dtype="<f4").tolist()
+            await self.pg.insert(conn, memory_id, self.model_id, vector, floats)
+            return
         await conn.execute(
             insert(t),
             {
@@ -269,13 +289,15 @@ class Vectors:
                 "vector": vector,
             },
         )
-        if self.pg is not None:
-            floats = numpy().frombuffer(vector, dtype="<f4").tolist()
-            await self.pg.write(conn, memory_id, floats)
 
     async def write_new(self, conn: AsyncConnection, pairs: Sequence[tuple[int, bytes]]) -> None:
         """The vectors of memories just made (none to replace): ``(memory_id, vector)``
         pairs in one ``executemany``."""
+        if self.pg is not None:  # with the column, in the same insert (see PgVector.insert)
+            np = numpy()
+            rows = [(i, v, np.frombuffer(v, dtype="<f4").tolist()) for i, v in pairs]
+            await self.pg.insert_many(conn, self.model_id, rows)
+            return
         await conn.execute(
             insert(self.t),
             [
@@ -283,11 +305,6 @@ class Vectors:
                 for i, v in pairs
             ],
         )
-        if self.pg is not None:
-            np = numpy()
-            await self.pg.write_many(
-                conn, [(i, np.frombuffer(v, dtype="<f4").tolist()) for i, v in pairs]
-            )
 
     # -- exact search ------------------------------------------------------------------
 
@@ -345,6 +362,11 @@ class Vectors:
         CACHE.put(key, revisions, built)
         return built
 
+    @property
+    def indexed(self) -> bool:
+        """Whether searches go through pgvector's HNSW index (:meth:`search_indexed`)."""
+        return self.pg is not None and self.hnsw
+
     async def nearest(
         self,
         conn: AsyncConnection,
@@ -354,24 +376,9 @@ class Vectors:
         count: int,
         now: datetime,
     ) -> list[tuple[int, float]]:
-        """The ``count`` memories closest to ``query`` (unit), not expired at ``now``:
-        (memory id, cosine similarity), closest first."""
-        if self.pg is not None and self.hnsw:
-            found = await self._nearest_pg(conn, users, namespace, query, count, now)
-            if found is not None:
-                return found
-        return await self._nearest_exact(conn, users, namespace, query, count, now)
-
-    async def _nearest_exact(
-        self,
-        conn: AsyncConnection,
-        users: Any,
-        namespace: str | None,
-        query: npt.NDArray[np.float32],
-        count: int,
-        now: datetime,
-    ) -> list[tuple[int, float]]:
-        """Exact search: the scope's matrix times the query."""
+        """Exact search: the ``count`` memories closest to ``query`` (unit), not expired
+        at ``now``, by the scope's matrix: (memory id, cosine similarity), closest
+        first."""
         np = numpy()
         found = await self.matrix(conn, users, namespace)
         if not len(found.ids) or count <= 0:
@@ -391,40 +398,91 @@ class Vectors:
         order = top[np.lexsort((-found.ids[top], -sims[top]))]
         return [(int(found.ids[i]), float(sims[i])) for i in order]
 
-    async def _nearest_pg(
+    async def search_indexed(
         self,
-        conn: AsyncConnection,
         users: Any,
         namespace: str | None,
         query: npt.NDArray[np.float32],
         count: int,
         now: datetime,
-    ) -> list[tuple[int, float]] | None:
-        """pgvector's HNSW index, pre-filtered by user, namespace and expiry with an
-        iterative scan (see :mod:`tenxstore.backends.pgvector`); None when it cannot
-        answer right and exact search must: the scope has rows without the ``vector``
-        column (written by a process started before ``enable-pgvector``), or the scan
+        by_words: Select[Any] | None = None,
+    ) -> Candidates:
+        """The ``count`` memories closest to ``query`` by pgvector's HNSW index,
+        pre-filtered by user, namespace and expiry (see
+        :mod:`tenxstore.backends.pgvector`), with their rows, and the keyword
+        candidates ``by_words`` (a ranked ``SELECT memories.*, score``) beside them:
+        ONE statement, in autocommit (one snapshot). Not ``right`` when exact search
+        must answer instead: the scope has rows without the ``vector`` column
+        (written by a process started before ``enable-pgvector``), or the index scan
         stopped (``hnsw.max_scan_tuples``) before finding ``count`` of the scope's."""
         assert self.pg is not None
-        where = ["(m.expires_at IS NULL OR m.expires_at > :now)"]
-        params: dict[str, Any] = {"now": now}
+        where = ["(m.expires_at IS NULL OR m.expires_at > :v_now)"]
+        params: dict[str, Any] = {"v_now": now}
         if users is not None:
-            where.append("m.user_id = :user")
-            params["user"] = users
+            where.append("m.user_id = :v_user")
+            params["v_user"] = users
         if namespace:
-            where.append("(m.namespace = :ns OR substr(m.namespace, 1, :n) = :under)")
-            params.update(ns=namespace, n=len(namespace) + 1, under=namespace + ".")
-        sql = " AND ".join(where)
-        if await self.pg.unfilled(conn, self.model_id, self.dims, sql, params):
-            return None
-        found = await self.pg.nearest(
-            conn, self.model_id, self.dims, query.tolist(), sql, params, count
+            where.append("(m.namespace = :v_ns OR substr(m.namespace, 1, :v_n) = :v_under)")
+            params.update(v_ns=namespace, v_n=len(namespace) + 1, v_under=namespace + ".")
+        m = self.rows.m
+        near: Any = self.pg.search(self.model_id, self.dims, " AND ".join(where), list(m.c))
+        params.update(self.pg.arguments(query.tolist(), count))
+        if by_words is None:
+            found, right = self.pg.answer(await self._read(near, params), count)
+            return Candidates(found, [], right)
+        tagged = self._tagged.get(id(near))
+        if tagged is None:  # made once per statement: its columns are many
+            vec = near.subquery("near")
+            tagged = select(literal_column("0").label("kind"), *vec.c, null().label("score"))
+            self._tagged[id(near)] = tagged
+        words = by_words.subquery("words")
+        stmt = union_all(
+            tagged,
+            select(
+                literal_column("1"),
+                null(),
+                null(),
+                *(words.c[c.name] for c in m.c),
+                null(),
+                words.c.score,
+            ),
         )
-        if len(found) < count:
-            live = await self.pg.live(conn, self.model_id, self.dims, sql, params, count)
-            if live > len(found):  # the index scan gave up before the scope's rows
-                return None
-        return found
+        rows = await self.store.read(stmt, params)
+        found, right = self.pg.answer([r for r in rows if r.kind == 0], count)
+        # the keyword ranking's order (its ORDER BY does not hold across the union)
+        ranked = sorted(
+            (r for r in rows if r.kind == 1),
+            key=lambda r: (-float(r.score or 0.0), -_epoch(r.updated_at), -r.id),
+        )
+        return Candidates(found, ranked, right)
+
+    async def _read(self, stmt: TextualSelect, params: dict[str, Any]) -> list[Any]:
+        """The rows of a statement of :mod:`tenxstore.backends.pgvector`: at driver level
+        where the backend runs statements so (one prepared statement on a borrowed
+        asyncpg connection, no SQLAlchemy execution), rows with their columns as
+        attributes; else one read."""
+        backend = self.store.backend
+        if not backend.one_statement_writes:
+            return await self.store.read(stmt, params)
+        compiled = self._driver.get(id(stmt))
+        if compiled is None:
+            names = [c.name for c in stmt.selected_columns]
+            compiled = (DriverStatement(stmt, backend.engine.dialect), namedtuple("Found", names))
+            self._driver[id(stmt)] = compiled
+        statement, row = compiled
+        records = await backend.run_statement(statement, params, write=False, many=True)
+        return [row(*r) for r in records]
+
+
+class Candidates(NamedTuple):
+    """What :meth:`Vectors.search_indexed` found: the nearest memories' rows with
+    their cosine similarity, closest first; the keyword ranking's rows (``distance``
+    is their score), best first; and whether they are the answer (else exact search
+    must answer)."""
+
+    near: list[tuple[Any, float]]
+    by_words: list[Any]
+    right: bool
 
 
 def fuse(lists: Sequence[Sequence[int]]) -> list[tuple[int, float]]:

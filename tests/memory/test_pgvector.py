@@ -7,16 +7,26 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 from sqlalchemy import func, select, text
 
-from tenxstore import CheckpointRepository, MemoryStore
-from tenxstore.backends.pgvector import aenable, astatus, doctor_line, index_name
+from tenxstore import CheckpointRepository, MemoryStore, NewMemory
+from tenxstore.backends import pgvector
+from tenxstore.backends.pgvector import (
+    EXACT_BELOW,
+    PgVector,
+    aenable,
+    astatus,
+    doctor_line,
+    index_name,
+)
 from tests import services
+from tests.conftest import TEST_KEYS
+from tests.memory import test_vectors as portable
 from tests.memory.conftest import Clock
 from tests.memory.embeddings import HashingEmbedding
 
@@ -108,10 +118,34 @@ async def test_without_the_extension_doctor_says_so_and_search_is_exact(tmp_path
     await repo.aclose()
 
 
-async def test_search_goes_through_the_index_and_never_across_tenants(
-    vector_url: str, schema: str
+def _plan_nodes(plan: Any) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+async def _search_statement(
+    store: MemoryStore, user: str, query: list[float], count: int, *, explain: bool = False
+) -> Any:
+    """The store's one statement of a search, run by hand (``explain``: its plan as
+    it ran, as JSON): its rows."""
+    vectors = store.vectors
+    assert vectors is not None and vectors.pg is not None
+    where = "m.user_id = :v_user AND (m.expires_at IS NULL OR m.expires_at > now())"
+    stmt: Any = vectors.pg.search(vectors.model_id, vectors.dims, where, list(store.rows.m.c))
+    if explain:
+        stmt = text("EXPLAIN (ANALYZE, FORMAT JSON) " + stmt.element.text)
+    return await store.base.read(stmt, {"v_user": user, **PgVector.arguments(query, count)})
+
+
+@pytest.mark.parametrize("small", [0, EXACT_BELOW], ids=["index", "exact"])
+async def test_search_is_one_statement_and_never_across_tenants(
+    vector_url: str, schema: str, small: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # every plan that can use an index does: the HNSW index, not a sequential scan
+    # a scope of fewer memories than EXACT_BELOW is searched exactly (made 0: alice's
+    # few go through the index, as a large scope's would); every plan that can use an
+    # index does: the HNSW index, not a sequential scan
+    monkeypatch.setattr(pgvector, "EXACT_BELOW", small)
     no_seqscan = {"connect_args": {"server_settings": {"enable_seqscan": "off"}}}
     repo = await _enabled(vector_url, schema, engine_options=no_seqscan)
     store = MemoryStore(repo, embedding=HashingEmbedding())
@@ -121,35 +155,43 @@ async def test_search_goes_through_the_index_and_never_across_tenants(
         await store.astore("alice", f"Alice note {n} about espresso", key=f"a{n}")
     await store.astore("alice", "espresso elsewhere", key="w", namespace=("work",))
     vectors = store.vectors
-    assert vectors is not None and vectors.pg is not None
+    assert vectors is not None and vectors.pg is not None and vectors.indexed
+    sent: list[str] = []
+    remove = repo.store.backend.on_statement(sent.append)
     for mode in ("vector", "hybrid"):
+        sent.clear()
         hits = await store.asearch("alice", "espresso vegetarian", limit=5, mode=mode)  # type: ignore[arg-type]
         assert len(hits) == 5 and {h.memory.user_id for h in hits} == {"alice"}, mode
         assert all(h.memory.namespace == ("memories",) for h in hits)
+        # one round trip: settings, the scan, the rows (and the keyword ranking) in
+        # ONE statement, which no exact search had to follow
+        assert len(sent) == 1, (mode, sent)
+    remove()
     everything = await store.asearch("alice", "espresso", limit=20, namespace=(), mode="vector")
     assert len(everything) == 9
-    # what the store ran: the index, with the filter (and without the iterative scan the
-    # same index scan leaves alice with fewer than five: the test can fail)
     query = vectors.embedding.embed_query("espresso vegetarian")
-    where = "m.user_id = :user AND (m.expires_at IS NULL OR m.expires_at > now())"
+    rows = await _search_statement(store, "alice", query, 5)
+    found, right = PgVector.answer(rows, 5)
+    assert right and len(found) == 5 and {r.user_id for r, _ in found} == {"alice"}
+    # what ran: the HNSW index (iterative: bob's 120 nearer ones never stopped it), or
+    # alice's vectors compared exactly
+    plan = (await _search_statement(store, "alice", query, 5, explain=True))[0][0]
+    nodes = list(_plan_nodes(plan[0]["Plan"]))
+    name = index_name("test-hashing-trigrams", 256)
+    scanned = [n for n in nodes if n.get("Index Name") == name]
+    assert scanned, "the HNSW index is in the plan"
+    assert (scanned[0].get("Actual Loops", 0) > 0) == (small == 0)
+    # and whatever the tables' statistics (these were never analyzed), a row looked up
+    # once per candidate is looked up by its primary key: never by walking the user's
+    repeated = [n for n in nodes if n.get("Actual Loops", 0) > 1 and "Relation Name" in n]
+    assert repeated and {(n["Relation Name"], n.get("Index Name")) for n in repeated} <= {
+        ("memories", "pk_memories"),
+        ("memory_vectors", "pk_memory_vectors"),
+    }, [(n["Relation Name"], n.get("Index Name")) for n in repeated]
+    # without the iterative scan, the same index scan leaves alice with fewer than five
+    # (the settings the statement makes are its own: this connection has none)
     async with repo.store.backend.connect() as conn, conn.begin():
-        found = await vectors.pg.nearest(
-            conn, vectors.model_id, 256, query, where, {"user": "alice"}, 5
-        )
-        assert len(found) == 5
-        plan = await conn.execute(
-            text(
-                f'EXPLAIN SELECT v.memory_id FROM "{schema}".memory_vectors v '
-                f'JOIN "{schema}".memories m ON m.id = v.memory_id '
-                "WHERE v.model_id = 'test-hashing-trigrams' AND v.dims = 256 AND "
-                "v.embedding IS NOT NULL AND m.user_id = 'alice' ORDER BY "
-                "(v.embedding::public.vector(256)) OPERATOR(public.<=>) "
-                "CAST(:q AS public.vector(256)) LIMIT 5"
-            ),
-            {"q": str(query)},
-        )
-        assert index_name("test-hashing-trigrams", 256) in "\n".join(r[0] for r in plan)
-    async with repo.store.backend.connect() as conn, conn.begin():
+        assert (await conn.execute(text("SHOW hnsw.iterative_scan"))).scalar() == "off"
         await conn.execute(text("SET LOCAL hnsw.ef_search = 40"))
         strict = await conn.execute(
             text(
@@ -194,9 +236,33 @@ async def test_writes_deletes_and_reembed_keep_the_column(
     await repo.aclose()
 
 
-async def test_a_scan_that_stops_short_is_answered_exactly(vector_url: str, schema: str) -> None:
+async def test_a_bulk_load_fills_the_column_in_its_insert(vector_url: str, schema: str) -> None:
+    """``astore_many`` writes the vector column with each row (none left unfilled for
+    the index to skip), and its next versions replace it."""
+    repo = await _enabled(vector_url, schema)
+    store = MemoryStore(repo, embedding=HashingEmbedding())
+    facts = ["Alice has a golden retriever", "Alice drinks a double espresso", "Lisbon"]
+    await store.astore_many(
+        "alice", [NewMemory(t, key=f"k{n}") for n, t in enumerate(facts)] + ["no key"]
+    )
+    await store.astore_many("alice", [NewMemory("Alice adopted a grey cat", key="k0")])
+    unfilled = await repo.store.read(
+        text(f'SELECT count(*) FROM "{schema}".memory_vectors WHERE embedding IS NULL')
+    )
+    assert unfilled[0][0] == 0
+    assert (await store.asearch("alice", "grey cats", mode="vector"))[0].memory.key == "k0"
+    assert (await store.asearch("alice", "espressos", mode="vector"))[0].memory.key == "k1"
+    await repo.aclose()
+
+
+@pytest.mark.parametrize("small", [0, EXACT_BELOW], ids=["index", "exact"])
+async def test_a_scan_that_stops_short_is_answered_exactly(
+    vector_url: str, schema: str, small: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # hnsw.max_scan_tuples (20,000 by default) made small: the iterative scan stops
     # among bob's nearer vectors before it reaches alice's, as it would at that size
+    # (where alice's few are searched exactly, no scan is made)
+    monkeypatch.setattr(pgvector, "EXACT_BELOW", small)
     few = {"connect_args": {"server_settings": {"hnsw.max_scan_tuples": "20"}}}
     repo = await _enabled(vector_url, schema, engine_options=few)
     store = MemoryStore(repo, embedding=HashingEmbedding())
@@ -226,9 +292,11 @@ async def test_a_scan_that_stops_short_is_answered_exactly(vector_url: str, sche
     vectors = store.vectors
     assert vectors is not None and vectors.pg is not None and vectors.hnsw
     query = vectors.embedding.embed_query("espresso vegetarian")
-    async with repo.store.backend.connect() as conn, conn.begin():  # the index alone
-        where, params = "m.user_id = :user", {"user": "alice"}
-        assert await vectors.pg.nearest(conn, vectors.model_id, 256, query, where, params, 5) == []
+    found, right = PgVector.answer(await _search_statement(store, "alice", query, 5), 5)
+    if small:
+        assert right and len(found) == 5  # alice's 8, compared exactly
+    else:  # the index alone found none of alice's: exact search must answer
+        assert not right and found == []
     for mode in ("vector", "hybrid"):
         hits = await store.asearch("alice", "espresso vegetarian", limit=5, mode=mode)  # type: ignore[arg-type]
         assert len(hits) == 5 and {h.memory.user_id for h in hits} == {"alice"}, mode
@@ -297,3 +365,56 @@ async def test_a_role_that_does_not_own_the_tables(
             await conn.execute(text(f'DROP OWNED BY "{role}"'))
             await conn.execute(text(f'DROP ROLE "{role}"'))
         await repo.aclose()
+
+
+PORTABLE = [
+    portable.test_hybrid_keeps_keyword_only_hits_and_scores_are_in_0_1,
+    portable.test_vector_finds_what_keywords_cannot,
+    portable.test_filter_namespace_and_limit_apply,
+    portable.test_another_users_vectors_never_come_back,
+    portable.test_delete_and_store_again,
+    portable.test_a_write_without_an_embedding_drops_the_stale_vector,
+]
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "encrypted"])
+@pytest.mark.parametrize("small", [0, EXACT_BELOW], ids=["index", "exact"])
+@pytest.mark.parametrize("case", PORTABLE, ids=[c.__name__.removeprefix("test_") for c in PORTABLE])
+async def test_the_portable_searches_on_pgvector(
+    vector_url: str,
+    schema: str,
+    small: int,
+    sealed: bool,
+    case: Callable[[MemoryStore], Awaitable[None]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # every database's tests of search by meaning (tests/memory/test_vectors.py), here
+    # through pgvector's one statement: by the index and exactly, content sealed or not
+    monkeypatch.setattr(pgvector, "EXACT_BELOW", small)
+    repo = await _enabled(vector_url, schema, keys=TEST_KEYS if sealed else None)
+    store = MemoryStore(repo, embedding=HashingEmbedding())
+    await case(store)
+    assert store.vectors is not None and store.vectors.indexed
+    await repo.aclose()
+
+
+CLOCKED = [
+    portable.test_expired_memories_are_never_found,
+    portable.test_vectors_are_dropped_with_their_memory_by_a_sweep,
+]
+
+
+@pytest.mark.parametrize("small", [0, EXACT_BELOW], ids=["index", "exact"])
+@pytest.mark.parametrize("case", CLOCKED, ids=[c.__name__.removeprefix("test_") for c in CLOCKED])
+async def test_expired_memories_are_filtered_in_the_statement(
+    vector_url: str,
+    schema: str,
+    small: int,
+    case: Callable[[MemoryStore, Clock], Awaitable[None]],
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(pgvector, "EXACT_BELOW", small)
+    repo = await _enabled(vector_url, schema)
+    await case(MemoryStore(repo, embedding=HashingEmbedding()), clock)
+    await repo.aclose()
