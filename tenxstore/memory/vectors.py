@@ -9,23 +9,23 @@ the vectors already stored raises :class:`~tenxstore.errors.ConfigError` until
 
 Exact search reads the vectors of one (user, namespace prefix) once per process into
 a matrix (rows normalised: cosine similarity is one matrix-vector product), kept in a
-bounded LRU cache (:data:`CACHE`). Every write to a (user, namespace) writes a new
-revision (a random stamp) into its row of ``memory_revisions``, in the write's own
-transaction; a search reads those revisions
+bounded LRU cache (:data:`CACHE`, :mod:`tenxstore.memory.matrix`). Every write to a
+(user, namespace) writes a new revision (a random stamp) into its row of
+``memory_revisions``, in the write's own transaction; a search reads those revisions
 in the same snapshot as it would read the matrix, and uses the cached one only when
 they are the ones it was built at — so no process ever searches a stale matrix, and
-a cached one costs one indexed read of a few rows. The expiry of every row is kept in
-the matrix and applied at each search.
+a cached one costs one indexed read of a few rows. When they moved, the matrix is
+brought up to date in that snapshot by reading the vectors of only the memories
+written since. The expiry of every row is kept in the matrix and applied at each
+search.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import threading
-from collections import OrderedDict, namedtuple
+from collections import namedtuple
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import (
@@ -48,101 +48,22 @@ from sqlalchemy.sql.selectable import TextualSelect
 from ..backends.driver import DriverStatement
 from ..backends.pgvector import PgVector, astatus, ensure_index
 from ..embeddings import Embedding
-from ..errors import ConfigError, EmbeddingError
+from ..errors import EmbeddingError
 from ..store import Store
+from .matrix import CACHE, Matrix, MatrixCache, another_model, numpy, read_matrix
+from .matrix import epoch as _epoch
 from .rows import MemoryRows
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["CACHE", "Candidates", "MatrixCache", "Vectors", "numpy"]
+__all__ = ["CACHE", "Candidates", "Matrix", "MatrixCache", "Vectors", "numpy"]
 
 log = logging.getLogger(__name__)
 
 RRF_K = 60
 """The constant of reciprocal rank fusion (Cormack et al.): 1 / (K + rank)."""
-
-
-def numpy() -> Any:
-    """numpy, imported when first needed (``pip install 'tenxstore[vectors]'``)."""
-    try:
-        import numpy
-    except ImportError as exc:  # pragma: no cover - numpy is in the extra
-        raise ConfigError(
-            "search by meaning needs numpy: pip install 'tenxstore[vectors]'"
-        ) from exc
-    return numpy
-
-
-def _epoch(when: datetime | None) -> float:
-    if when is None:
-        return math.inf
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.timestamp()
-
-
-class Matrix:
-    """The vectors of one scope at one set of revisions: ids, unit rows, expiries."""
-
-    __slots__ = ("expires", "ids", "rows", "size")
-
-    def __init__(self, ids: Any, rows: Any, expires: Any) -> None:
-        self.ids, self.rows, self.expires = ids, rows, expires
-        self.size = int(ids.nbytes + rows.nbytes + expires.nbytes)
-
-
-class MatrixCache:
-    """A bounded LRU of matrices, shared by the stores of a process (thread-safe).
-
-    Args:
-        max_entries: Matrices kept at most.
-        max_bytes: Their bytes at most (a matrix larger than this is never kept).
-    """
-
-    def __init__(self, max_entries: int = 64, max_bytes: int = 256 * 1024 * 1024) -> None:
-        self.max_entries, self.max_bytes = max_entries, max_bytes
-        self._entries: OrderedDict[Any, tuple[Any, Matrix]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = self.misses = 0
-
-    def get(self, key: Any, revisions: Any) -> Matrix | None:
-        """The matrix of ``key`` if it was built at exactly ``revisions``."""
-        with self._lock:
-            found = self._entries.get(key)
-            if found is None or found[0] != revisions:
-                self.misses += 1
-                return None
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return found[1]
-
-    def put(self, key: Any, revisions: Any, matrix: Matrix) -> None:
-        with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._bytes -= old[1].size
-            if matrix.size > self.max_bytes:
-                return
-            self._entries[key] = (revisions, matrix)
-            self._bytes += matrix.size
-            while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
-                _, (_, dropped) = self._entries.popitem(last=False)
-                self._bytes -= dropped.size
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-CACHE = MatrixCache()
-"""The process's matrices (see the module)."""
 
 
 class Vectors:
@@ -231,13 +152,7 @@ class Vectors:
         other = (await conn.execute(stmt)).all() if conn else await self.store.read(stmt)
         if other:
             found = other[0]
-            raise ConfigError(
-                f"the database holds vectors of embedding {found.model_id!r} ({found.dims} "
-                f"dims), and this store's embedding is {self.model_id!r} ({self.dims} dims): "
-                "vectors of two models are never compared; open the store with that "
-                "embedding, or redo the vectors with this one (await store.areembed("
-                "embedding), or `tenxstore memories reembed`)"
-            )
+            raise another_model(found.model_id, found.dims, self.model_id, self.dims)
         if not self.checked:
             await self.detect()
         self.checked = True
@@ -336,29 +251,17 @@ class Vectors:
         return frozenset((str(u), ns, int(rev)) for u, ns, rev in found)
 
     async def matrix(self, conn: AsyncConnection, users: Any, namespace: str | None) -> Matrix:
-        """The scope's matrix, from the cache when it is current (see the module)."""
+        """The scope's matrix, from the cache when it is current, else brought up to
+        date in ``conn``'s snapshot (see :mod:`tenxstore.memory.matrix`)."""
         key = (self.store.store_id, repr(users), namespace or "", self.model_id, self.dims)
         revisions = await self.revisions(conn, users, namespace)
         cached = CACHE.get(key, revisions)
         if cached is not None:
             return cached
-        await self.check_model(conn)
-        np = numpy()
-        m, t = self.rows.m, self.t
-        stmt = (
-            select(t.c.memory_id, t.c.vector, m.c.expires_at)
-            .select_from(t.join(m, m.c.id == t.c.memory_id))
-            .where(*self._scope(users, namespace), t.c.model_id == self.model_id)
-            .where(t.c.dims == self.dims)
-        )
-        found = (await conn.execute(stmt)).all()
-        ids = np.fromiter((r.memory_id for r in found), dtype=np.int64, count=len(found))
-        rows = np.frombuffer(b"".join(r.vector for r in found), dtype="<f4").astype(np.float32)
-        rows = rows.reshape(len(found), self.dims)
-        norms = np.linalg.norm(rows, axis=1, keepdims=True)
-        rows = rows / np.where(norms > 0, norms, 1.0)
-        expires = np.fromiter((_epoch(r.expires_at) for r in found), np.float64, len(found))
-        built = Matrix(ids, rows, expires)
+        if not self.checked:
+            await self.check_model()
+        scope = self._scope(users, namespace)
+        built = await read_matrix(self, conn, scope, self.store.now(), CACHE.stale(key))
         CACHE.put(key, revisions, built)
         return built
 

@@ -282,6 +282,40 @@ async def test_two_stores_on_one_database_see_each_others_writes(store_backend: 
     await two.aclose()
 
 
+async def test_a_write_refreshes_the_cached_matrix_by_what_it_changed(vstore: MemoryStore) -> None:
+    """After a write, a search reads the vector of the memory written, not the scope's
+    other vectors, and ranks as a matrix read whole would."""
+    await _fill(vstore)
+
+    async def ranked(query: str) -> list[tuple[str, float]]:
+        hits = await vstore.asearch("alice", query, limit=10, mode="vector")
+        return [(h.memory.key, round(h.score, 5)) for h in hits]
+
+    async def refreshed_like_whole(query: str, reads: int) -> list[tuple[str, float]]:
+        before = CACHE.vectors_read
+        refreshed = await ranked(query)
+        assert CACHE.vectors_read - before == reads
+        CACHE.clear()
+        assert await ranked(query) == refreshed  # the same as a matrix read whole
+        return refreshed
+
+    await ranked("tea")  # the scope's matrix, cached
+    await vstore.astore("alice", "Alice drinks green tea at noon", key="tea")
+    assert (await refreshed_like_whole("green tea", 1))[0][0] == "tea"
+    await vstore.aupdate("alice", "coffee", content="Alice gave up coffee for mate")
+    assert (await refreshed_like_whole("mate", 1))[0][0] == "coffee"
+    # the newest memory deleted and stored again: SQLite may give it the same id, and
+    # its version is 1 again — its life (uid) tells the two apart
+    assert await vstore.adelete("alice", "tea")
+    assert "tea" not in [k for k, _ in await refreshed_like_whole("green tea", 0)]
+    await vstore.astore("alice", "Alice collects vinyl records", key="tea")
+    assert (await refreshed_like_whole("vinyl records", 1))[0][0] == "tea"
+    await vstore.aupdate("alice", "pet", metadata={"kept": True})  # a new version
+    await refreshed_like_whole("retriever", 1)
+    await vstore.astore("bob", "Bob drinks green tea", key="tea")  # another user's scope
+    assert "tea" not in [k for k, _ in await refreshed_like_whole("green tea", 0)][:1]
+
+
 _CHILD = """
 import asyncio, sys
 sys.path.insert(0, {root!r})
