@@ -19,8 +19,15 @@ shuffled every round, and this process's CPU time is recorded beside wall time):
 * ``tenx-sqlite``: ``MemoryStore`` on a SQLite file (exact, numpy);
 * ``lg-postgres``: LangGraph's ``AsyncPostgresStore`` with an HNSW index;
 * ``lg-memory``: LangGraph's ``InMemoryStore`` (exact, in process);
-* ``floor``: put and get as ONE prepared statement each on a held asyncpg connection
-  (a row of key, content and float32 vector bytes), the fewest round trips the work needs.
+* ``floor``: put and get as ONE prepared statement each on a held asyncpg connection,
+  the fewest round trips the work needs, doing the API's work: an upsert of a row of
+  content, metadata, float32 vector bytes, version and timestamps that returns the
+  version and timestamps, and a read of a live row's fields (no history is kept).
+
+Both HNSW indexes are built after their store is loaded, in bulk (tenxstore's by
+``tenxstore memories enable-pgvector``, the operator's step for a database that gains
+pgvector; LangGraph's by its own index DDL, dropped before the load and run again
+after it), with ``maintenance_work_mem`` 2GB.
 
 Each round is a put, a get and a search right after that write (a cached matrix is
 renewed: "search after a write"); then rounds of searches alone, as an agent's
@@ -189,11 +196,10 @@ async def tenx_system(
 ) -> System:
     from tenxstore import MemoryStore
 
-    if pgvector:  # the operator's step, on a store that has a model's vectors already
+    if pgvector:  # loaded first, then the operator's step (a bulk HNSW build)
         first = MemoryStore(url, schema=schema, embedding=data.embedding)
         await first.asetup()
-        key, text, _ = data.user[0]
-        await first.astore("alice", text, key=key, namespace=NAMESPACE)
+        await load_tenx(first, data)
         await first.aclose()
         command = [str(Path(sys.executable).with_name("tenxstore")), "memories", "enable-pgvector"]
         await asyncio.to_thread(
@@ -201,7 +207,8 @@ async def tenx_system(
         )
     store = MemoryStore(url, schema=schema, embedding=data.embedding)
     await store.asetup()
-    await load_tenx(store, data)
+    if not pgvector:
+        await load_tenx(store, data)
     tables = ["memories", "memory_versions", "memory_vectors", "memory_revisions"]
 
     async def put(key: str, text: str) -> Any:
@@ -229,8 +236,10 @@ async def langgraph_system(
     data: Corpus,
     close: Callable[[], Awaitable[Any]],
     size: Callable[[], Awaitable[int | None]],
+    loaded: Callable[[], Awaitable[None]] | None = None,
 ) -> System:
-    """A LangGraph store loaded with the corpus (each user a namespace of its own)."""
+    """A LangGraph store loaded with the corpus (each user a namespace of its own);
+    ``loaded`` runs after the load."""
     from langgraph.store.base import PutOp
 
     mine = ("memories", "alice")
@@ -238,6 +247,8 @@ async def langgraph_system(
     rows += [(("memories", u), k, t) for u, k, t, _ in data.others]
     for start in range(0, len(rows), 500):
         await store.abatch([PutOp(ns, k, {"text": t}) for ns, k, t in rows[start : start + 500]])
+    if loaded is not None:
+        await loaded()
 
     async def put(key: str, text: str) -> Any:
         return await store.aput(mine, key, {"text": text})
@@ -264,6 +275,20 @@ async def lg_postgres(url: str, data: Corpus) -> System:
     manager = AsyncPostgresStore.from_conn_string(asyncpg_dsn(url), index=index)
     store = await manager.__aenter__()
     await store.setup()
+    # its HNSW index made again after the load (its own DDL, read from the catalog), as
+    # tenxstore's is by enable-pgvector: one bulk build each, not an insert at a time
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    ddl = await conn.fetch(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'store_vectors' "
+        "AND indexdef LIKE '%USING hnsw%'"
+    )
+    for found in ddl:
+        await conn.execute(f'DROP INDEX "{found["indexname"]}"')
+
+    async def built() -> None:
+        for found in ddl:
+            await conn.execute(found["indexdef"])
+        await conn.close()
 
     async def close() -> None:
         await manager.__aexit__(None, None, None)
@@ -271,7 +296,7 @@ async def lg_postgres(url: str, data: Corpus) -> System:
     async def size() -> int:
         return await relation_bytes(url, "public", ["store", "store_vectors"])
 
-    return await langgraph_system("lg-postgres", store, data, close, size)
+    return await langgraph_system("lg-postgres", store, data, close, size, built)
 
 
 async def lg_memory(data: Corpus) -> System:
@@ -287,23 +312,36 @@ async def lg_memory(data: Corpus) -> System:
 
 
 async def floor(url: str, data: Corpus) -> System:
+    """A put and a get as ONE prepared statement each on a held asyncpg connection,
+    doing the work the API's do: an upsert of the memory's content, metadata and
+    vector that makes version 1 or the next one and returns the version and
+    timestamps; a read of a live memory's fields by (user, namespace, key)."""
     conn = await asyncpg.connect(asyncpg_dsn(url))
     await conn.execute(
-        "CREATE TABLE floor (user_id text, key text, content text, vec bytea, "
-        "updated_at timestamptz, PRIMARY KEY (user_id, key))"
+        "CREATE TABLE floor (user_id text, namespace text, key text, content text, "
+        "metadata jsonb, vec bytea, version bigint, created_at timestamptz, "
+        "updated_at timestamptz, expires_at timestamptz, PRIMARY KEY (user_id, namespace, key))"
     )
     write = await conn.prepare(
-        "INSERT INTO floor VALUES ($1, $2, $3, $4, now()) ON CONFLICT (user_id, key) "
-        "DO UPDATE SET content = excluded.content, vec = excluded.vec, updated_at = now()"
+        "INSERT INTO floor VALUES ($1, $2, $3, $4, $5, $6, 1, now(), now(), NULL) "
+        "ON CONFLICT (user_id, namespace, key) DO UPDATE SET content = excluded.content, "
+        "metadata = excluded.metadata, vec = excluded.vec, version = floor.version + 1, "
+        "updated_at = excluded.updated_at RETURNING version, created_at, updated_at"
     )
-    read = await conn.prepare("SELECT content FROM floor WHERE user_id = $1 AND key = $2")
+    read = await conn.prepare(
+        "SELECT content, metadata, version, created_at, updated_at, expires_at FROM floor "
+        "WHERE user_id = $1 AND namespace = $2 AND key = $3 "
+        "AND (expires_at IS NULL OR expires_at > now())"
+    )
     vectors = data.embedding.vectors
+    ns = ".".join(NAMESPACE)
 
     async def put(key: str, text: str) -> Any:
-        return await write.fetch("alice", key, text, np.asarray(vectors[text], "<f4").tobytes())
+        vec = np.asarray(vectors[text], "<f4").tobytes()
+        return await write.fetchrow("alice", ns, key, text, "{}", vec)
 
     async def get(key: str) -> Any:
-        return await read.fetchval("alice", key)
+        return await read.fetchrow("alice", ns, key)
 
     async def size() -> None:
         return None
@@ -378,6 +416,8 @@ async def run_size(base_url: str, size: int, ops: int, seed: int) -> list[System
         conn = await asyncpg.connect(asyncpg_dsn(url))
         await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         await conn.execute("CREATE SCHEMA tenx_vec; CREATE SCHEMA tenx_exact")
+        # both HNSW indexes are built in bulk after their load: room to build in memory
+        await conn.execute(f"ALTER DATABASE \"{name}\" SET maintenance_work_mem = '2GB'")
         await conn.close()
         started = time.perf_counter()
         systems.append(await tenx_system("tenx-pgvector", url, data, "tenx_vec", True))
