@@ -286,7 +286,10 @@ class Vectors:
         found = await self.matrix(conn, users, namespace)
         if not len(found.ids) or count <= 0:
             return []
-        sims = found.rows @ query
+        # einsum, not ``@``: numpy's BLAS splits a matrix-vector product over threads
+        # that then spin; einsum's one-thread loop is 4-5x faster at 10,000 rows and
+        # costs a fifth of the CPU (measured beside ``@`` on 2 cores, see CHANGELOG)
+        sims = np.einsum("ij,j->i", found.rows, query)
         alive = found.expires > now.timestamp()
         sims = np.where(alive, sims, -np.inf)
         live = int(alive.sum())
