@@ -1,0 +1,624 @@
+"""Mem0Store: the documents' five memory methods over a Mem0 ``Memory`` (``tenxstore[mem0]``).
+
+:class:`Mem0Store` keeps each user's memories in Mem0 (the ``mem0ai`` package's
+``Memory`` or ``AsyncMemory``: its vector store, its embedder, its history database),
+scoped by Mem0's ``user_id``, behind :class:`~tenxstore.MemoryStore`'s ``astore``,
+``asearch``, ``aget``, ``aupdate`` and ``adelete`` (and their sync twins): the same
+arguments, results and errors. What Mem0 has no notion of (namespaces, keys, versions,
+TTLs in seconds) is kept in each memory's Mem0 metadata, and what Mem0 cannot promise
+is said where it differs (docs/memory.md, "Mem0Store"): a compare-and-swap is atomic
+only among the calls of one ``Mem0Store``, not across processes sharing a Mem0 store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import os
+import threading
+import uuid
+import zlib
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar
+
+from ..errors import ConfigError, MemoryNotFound, SerializationError, StaleStateError
+from ..types import AuthPolicy, Memory, MemoryHit
+from ..validate import check_count
+from .sync import blocking
+from .validation import (
+    DEFAULT_NAMESPACE,
+    MAX_LIMIT,
+    check_content,
+    check_filter,
+    check_key,
+    check_metadata,
+    check_namespace,
+    check_policy,
+    check_query,
+    check_scoped_user,
+    check_search_limit,
+    check_threshold,
+    check_ttl,
+    split,
+)
+
+__all__ = ["Mem0Store", "local_mem0"]
+
+T = TypeVar("T")
+
+NS, SCOPES, KEY, VERSION, META, EXPIRES = (
+    "tenx_ns",
+    "tenx_scopes",
+    "tenx_key",
+    "tenx_version",
+    "tenx_metadata",
+    "tenx_expires_at",
+)
+"""The Mem0 metadata fields a :class:`Mem0Store` keeps each memory's place in: its
+namespace (labels joined with ``.``), every prefix of it (a namespace search is a
+match on one), its key, its version, the caller's metadata (one field, so an update
+replaces it whole and it never meets Mem0's own fields) and its expiry (ISO time)."""
+
+_STRIPES = 64
+
+
+def _import_mem0() -> Any:
+    """The ``mem0`` package, telemetry off unless the environment says otherwise."""
+    os.environ.setdefault("MEM0_TELEMETRY", "False")
+    try:
+        mem0 = importlib.import_module("mem0")  # untyped: Any
+    except ImportError as exc:
+        raise ConfigError(
+            "Mem0Store needs the mem0ai package: pip install 'tenxstore[mem0]'"
+        ) from exc
+    return mem0
+
+
+class _NoLLM:
+    """The LLM of a Mem0 memory made without one: any call is an error (``infer=True``
+    needs a real LLM). ``calls`` counts the attempts."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def generate_response(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        raise ConfigError(
+            "this Mem0 memory has no LLM (local_mem0(..., llm=None)): infer=True needs "
+            "one; store with infer=False, or give local_mem0 an llm"
+        )
+
+
+class _Embedder:
+    """A tenxstore :class:`~tenxstore.embeddings.Embedding` as Mem0's embedder."""
+
+    def __init__(self, embedding: Any) -> None:
+        self.embedding = embedding
+        self.config = None
+
+    def embed(self, text: str, memory_action: str | None = None) -> list[float]:
+        return list(self.embedding.embed_query(text))
+
+
+def local_mem0(
+    path: str | os.PathLike[str],
+    *,
+    embedding: Any,
+    history_db_path: str | os.PathLike[str] | None = None,
+    collection_name: str = "tenxstore",
+    llm: Any = None,
+    asynchronous: bool = True,
+) -> Any:
+    """A Mem0 ``AsyncMemory`` (``asynchronous=False``: ``Memory``) that needs no
+    network: Qdrant in local mode at ``path``, its history database beside it, each
+    text embedded by ``embedding``, and no LLM unless one is given.
+
+    Args:
+        path: The local Qdrant directory.
+        embedding: A tenxstore :class:`~tenxstore.embeddings.Embedding`, a LangChain
+            ``Embeddings`` or a function of texts to vectors (see
+            :func:`~tenxstore.embeddings.as_embedding`), e.g.
+            ``tenxstore.embeddings.LocalEmbedding()``.
+        history_db_path: Mem0's SQLite history (None: ``history.db`` in ``path``).
+        collection_name: The Qdrant collection.
+        llm: An object with Mem0's LLM method ``generate_response`` (used only by
+            ``infer=True``); None: one that raises ``ConfigError`` when called.
+
+    Mem0 takes an embedder by provider name only (an object only through LangChain's
+    ``Embeddings`` and the ``langchain`` package); this builds the memory with the
+    ``openai`` provider and a placeholder key, which it never calls, then sets its
+    ``embedding_model`` (and ``llm``) to the ones given.
+
+    Raises:
+        ConfigError: mem0ai is not installed.
+    """
+    from ..embeddings import as_embedding
+
+    mem0 = _import_mem0()
+    MemoryConfig = importlib.import_module("mem0.configs.base").MemoryConfig
+
+    chosen = as_embedding(embedding)
+    os.makedirs(path, exist_ok=True)
+    history = history_db_path or os.path.join(os.fspath(path), "history.db")
+    config = MemoryConfig(
+        vector_store={
+            "provider": "qdrant",
+            "config": {
+                "path": os.fspath(path),
+                "collection_name": collection_name,
+                "embedding_model_dims": chosen.dims,
+            },
+        },
+        embedder={"provider": "openai", "config": {"api_key": "unused-by-tenxstore"}},
+        llm={"provider": "openai", "config": {"api_key": "unused-by-tenxstore"}},
+        history_db_path=os.fspath(history),
+    )
+    memory = (mem0.AsyncMemory if asynchronous else mem0.Memory)(config)
+    memory.embedding_model = _Embedder(chosen)
+    memory.llm = _NoLLM() if llm is None else llm
+    return memory
+
+
+def _time(text: Any) -> datetime:
+    found = datetime.fromisoformat(str(text))
+    return found if found.tzinfo else found.replace(tzinfo=timezone.utc)
+
+
+def _memory(raw: dict[str, Any]) -> Memory:
+    """A Mem0 result (``get``/``get_all``/``search``) as a tenxstore memory."""
+    extra = raw.get("metadata") or {}
+    expires = extra.get(EXPIRES)
+    return Memory(
+        key=extra[KEY],
+        namespace=split(extra[NS]),
+        user_id=raw.get("user_id"),
+        content=raw.get("memory") or "",
+        metadata=dict(extra.get(META) or {}),
+        version=int(extra.get(VERSION) or 1),
+        created_at=_time(raw["created_at"]),
+        updated_at=_time(raw.get("updated_at") or raw["created_at"]),
+        expires_at=None if expires is None else _time(expires),
+    )
+
+
+def _ours(raw: dict[str, Any]) -> bool:
+    """A Mem0 memory a Mem0Store wrote (or tagged): one with a key and namespace."""
+    extra = raw.get("metadata") or {}
+    return isinstance(extra.get(KEY), str) and isinstance(extra.get(NS), str)
+
+
+def _live(raw: dict[str, Any], now: datetime) -> bool:
+    expires = (raw.get("metadata") or {}).get(EXPIRES)
+    return expires is None or _time(expires) > now
+
+
+def _scopes(ns: str) -> list[str]:
+    labels = split(ns)
+    return [".".join(labels[: i + 1]) for i in range(len(labels))]
+
+
+class Mem0Store:
+    """The documents' memory methods over Mem0, each user's memories under Mem0's
+    ``user_id`` (see the module and docs/memory.md for what differs from
+    :class:`~tenxstore.MemoryStore`).
+
+    Args:
+        memory: A ``mem0.Memory`` or ``mem0.AsyncMemory`` (``Memory.from_config(...)``,
+            or :func:`local_mem0`). Set ``MEM0_TELEMETRY=False`` before mem0 is first
+            imported to keep Mem0 from sending usage events (tenxstore sets it when it
+            imports mem0 first and the variable is unset).
+        infer: What :meth:`aadd` passes as Mem0's ``infer`` by default (Mem0's own
+            default is True: an LLM decides what to remember). The five methods store
+            the text given, as given (``infer=False``).
+
+    Raises:
+        ConfigError: ``memory`` is not a Mem0 memory.
+    """
+
+    enforce_user_isolation = True
+    """Always: a Mem0 memory belongs to one Mem0 ``user_id``."""
+
+    def __init__(self, memory: Any, *, infer: bool = True) -> None:
+        needed = ("add", "get", "get_all", "search", "update", "delete")
+        if not all(callable(getattr(memory, name, None)) for name in needed):
+            raise ConfigError(
+                f"Mem0Store takes a mem0 Memory or AsyncMemory, not {type(memory).__name__}"
+            )
+        if not isinstance(infer, bool):
+            raise ConfigError(f"infer must be True or False, not {infer!r}")
+        self.memory = memory
+        """The Mem0 memory (its own API is there for what this store does not cover)."""
+        self.infer = infer
+        self._async = inspect.iscoroutinefunction(memory.add)
+        self._locks = [threading.Lock() for _ in range(_STRIPES)]
+
+    # -- Mem0 calls ------------------------------------------------------------------
+
+    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        method = getattr(self.memory, name)
+        if self._async:
+            return await method(*args, **kwargs)
+        return await asyncio.to_thread(method, *args, **kwargs)
+
+    @asynccontextmanager
+    async def _locked(self, owner: str, ns: str, name: str) -> AsyncIterator[None]:
+        """The writes of one memory take turns (within this store: Mem0 has no lock)."""
+        lock = self._locks[zlib.crc32(f"{owner}\x00{ns}\x00{name}".encode()) % _STRIPES]
+        # A thread lock, polled: the async methods and their sync twins (on tenxstore's
+        # background loop) share it, which an asyncio lock (one loop's) cannot do.
+        while not lock.acquire(blocking=False):  # noqa: ASYNC110
+            await asyncio.sleep(0.001)
+        try:
+            yield
+        finally:
+            lock.release()
+
+    async def _found(self, owner: str, ns: str, name: str) -> list[dict[str, Any]]:
+        """Every Mem0 memory of the user under this key (more than one only when
+        writers outside this store raced), newest version first."""
+        filters = {"user_id": owner, NS: ns, KEY: name}
+        result = await self._call("get_all", filters=filters, top_k=20, show_expired=True)
+        found = [r for r in result.get("results", []) if _ours(r)]
+        found.sort(key=lambda r: (int(r["metadata"].get(VERSION) or 1), r.get("updated_at") or ""))
+        return found[::-1]
+
+    async def _read(self, mem0_id: str) -> Memory:
+        raw = await self._call("get", mem0_id)
+        if raw is None:  # deleted by another writer since it was written
+            raise MemoryNotFound(mem0_id)
+        return _memory(raw)
+
+    # -- the arguments of a call -----------------------------------------------------
+
+    def _owner(self, user_id: Any, auth_policy: AuthPolicy | None) -> str:
+        policy = check_policy(auth_policy)
+        if policy is not None and not policy.enforce_user_isolation:
+            raise ConfigError(
+                "Mem0Store cannot lift user isolation (AuthPolicy(enforce_user_isolation="
+                "False)): every Mem0 memory belongs to one Mem0 user_id"
+            )
+        owner: str = check_scoped_user(user_id, "string")
+        if any(c.isspace() for c in owner):
+            raise ConfigError(
+                f"user_id {owner!r} holds whitespace, which Mem0 trims or refuses (two "
+                "ids would name one user): use an id without whitespace"
+            )
+        return owner
+
+    @staticmethod
+    def _embed(embed: Any) -> None:
+        if embed is not True:
+            raise ConfigError(
+                f"Mem0Store embeds the content it stores (Mem0 does); embed={embed!r} "
+                "is not supported"
+            )
+
+    @staticmethod
+    def _fields(
+        ns: str, name: str, version: int, metadata: Any, expires: datetime | None
+    ) -> dict[str, Any]:
+        return {
+            NS: ns,
+            SCOPES: _scopes(ns),
+            KEY: name,
+            VERSION: version,
+            META: metadata,
+            EXPIRES: None if expires is None else expires.isoformat(),
+        }
+
+    # -- the documents' methods ------------------------------------------------------
+
+    async def astore(
+        self,
+        user_id: Any,
+        content: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
+        key: str | None = None,
+        ttl: float | timedelta | None = None,
+        auth_policy: AuthPolicy | None = None,
+        embed: bool | str = True,
+    ) -> Memory:
+        """Store a memory as :meth:`tenxstore.MemoryStore.astore` does: without
+        ``key``, a new one under a generated key; with a ``key``, an upsert (the next
+        version, ``created_at`` kept, the TTL set anew). Mem0 stores ``content`` as
+        given (``infer=False``) and embeds it.
+
+        Raises:
+            ConfigError: A bad user id, key, namespace or ttl, or ``embed`` other than
+                True (nothing is written).
+            SerializationError: Content or metadata that cannot be stored.
+        """
+        owner = self._owner(user_id, auth_policy)
+        ns = check_namespace(namespace)
+        name = uuid.uuid4().hex if key is None else check_key(key)
+        check_content(content)
+        check_metadata(metadata)
+        now = datetime.now(timezone.utc)
+        expires = check_ttl(ttl, now)
+        self._embed(embed)
+        meta = dict(metadata or {})
+        async with self._locked(owner, ns, name):
+            found = [] if key is None else await self._found(owner, ns, name)
+            live = [r for r in found if _live(r, now)]
+            head = live[0] if live else None
+            for raw in found:
+                if raw is not head:  # expired (that memory is gone), or a raced twin
+                    await self._call("delete", raw["id"])
+            if head is not None:
+                fields = self._fields(ns, name, int(head["metadata"][VERSION]) + 1, meta, expires)
+                await self._call(
+                    "update",
+                    head["id"],
+                    text=content,
+                    metadata=fields,
+                    expiration_date=None if expires is None else expires.date(),
+                )
+                return await self._read(head["id"])
+            fields = self._fields(ns, name, 1, meta, expires)
+            added = await self._call(
+                "add",
+                content,
+                user_id=owner,
+                metadata=fields,
+                infer=False,
+                expiration_date=None if expires is None else expires.date(),
+            )
+            results = added.get("results") or []
+            if len(results) != 1:
+                raise SerializationError(
+                    f"Mem0 stored {len(results)} memories for one content, not 1"
+                )
+            return await self._read(results[0]["id"])
+
+    async def aget(
+        self,
+        user_id: Any,
+        key: str,
+        *,
+        namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
+        auth_policy: AuthPolicy | None = None,
+    ) -> Memory | None:
+        """The memory, or None (never stored, deleted, expired, or another user's)."""
+        owner = self._owner(user_id, auth_policy)
+        ns, name = check_namespace(namespace), check_key(key)
+        now = datetime.now(timezone.utc)
+        live = [r for r in await self._found(owner, ns, name) if _live(r, now)]
+        return _memory(live[0]) if live else None
+
+    async def aupdate(
+        self,
+        user_id: Any,
+        key: str,
+        *,
+        content: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        expected_version: int | None = None,
+        namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
+        auth_policy: AuthPolicy | None = None,
+        embed: bool | str | None = None,
+    ) -> Memory:
+        """Replace a memory's content and/or metadata (None keeps it): its next
+        version, its expiry kept, as :meth:`tenxstore.MemoryStore.aupdate` does.
+
+        ``expected_version`` is compared and swapped under this store's lock of the
+        memory: atomic among the calls of this ``Mem0Store``; a writer outside it
+        (another process on the same Mem0 store, Mem0's own API) is not excluded.
+
+        Raises:
+            ConfigError: Neither ``content`` nor ``metadata`` given, or bad arguments.
+            MemoryNotFound: No such memory (deleted, expired, or another user's).
+            StaleStateError: The memory is not at ``expected_version``; nothing was
+                written.
+        """
+        owner = self._owner(user_id, auth_policy)
+        ns, name = check_namespace(namespace), check_key(key)
+        if content is None and metadata is None:
+            raise ConfigError("aupdate needs content= or metadata= (or both)")
+        if expected_version is not None:
+            expected_version = check_count("expected_version", expected_version)
+        if content is not None:
+            check_content(content)
+        if metadata is not None:
+            check_metadata(metadata)
+        if embed is not None:
+            self._embed(embed)
+        async with self._locked(owner, ns, name):
+            now = datetime.now(timezone.utc)
+            live = [r for r in await self._found(owner, ns, name) if _live(r, now)]
+            if not live:
+                raise MemoryNotFound(name, split(ns))
+            head = live[0]
+            version = int(head["metadata"][VERSION])
+            if expected_version is not None and version != expected_version:
+                stale = StaleStateError(
+                    name,
+                    expected_version,
+                    version,
+                    message=f"memory {name!r} in namespace {split(ns)!r} is at version "
+                    f"{version}, not {expected_version}: another writer updated it "
+                    "first; read it again and retry",
+                )
+                vars(stale).update(key=name, namespace=split(ns))
+                raise stale
+            fields: dict[str, Any] = {VERSION: version + 1}
+            if metadata is not None:
+                fields[META] = dict(metadata)
+            await self._call("update", head["id"], text=content, metadata=fields)
+            return await self._read(head["id"])
+
+    async def adelete(
+        self,
+        user_id: Any,
+        key: str,
+        *,
+        namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
+        auth_policy: AuthPolicy | None = None,
+    ) -> bool:
+        """Delete a memory (Mem0 keeps its own history of it); False when there was
+        none (an expired one is deleted too, and was already gone)."""
+        owner = self._owner(user_id, auth_policy)
+        ns, name = check_namespace(namespace), check_key(key)
+        async with self._locked(owner, ns, name):
+            now = datetime.now(timezone.utc)
+            found = await self._found(owner, ns, name)
+            for raw in found:
+                await self._call("delete", raw["id"])
+            return any(_live(r, now) for r in found)
+
+    async def asearch(
+        self,
+        user_id: Any,
+        query: str,
+        *,
+        namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
+        limit: int = 5,
+        score_threshold: float = 0.0,
+        filter: dict[str, Any] | None = None,
+        auth_policy: AuthPolicy | None = None,
+        mode: str | None = None,
+    ) -> list[MemoryHit]:
+        """The memories in ``namespace`` (and under it) closest to ``query`` by Mem0's
+        search (its vector similarity, with its BM25 and entity boosts where Mem0 has
+        them), best first, scores clamped to [0, 1] and at least ``score_threshold``;
+        ``filter`` on the metadata as :meth:`tenxstore.MemoryStore.asearch` takes it.
+        A query of only whitespace finds nothing (Mem0 refuses it).
+
+        Raises:
+            ConfigError: Bad arguments, or a ``mode`` (Mem0 ranks its own way).
+        """
+        owner = self._owner(user_id, auth_policy)
+        ns = check_namespace(namespace, empty=True)
+        text = check_query(query)
+        limit = check_search_limit(limit)
+        threshold = check_threshold(score_threshold)
+        keep = check_filter(filter)
+        if mode is not None:
+            raise ConfigError(f"Mem0Store searches as Mem0 does: mode={mode!r} is not supported")
+        if not limit or not text.strip():
+            return []
+        filters: dict[str, Any] = {"user_id": owner}
+        if ns:
+            filters[SCOPES] = ns
+        asked = min(MAX_LIMIT, max(limit * 2, 20))
+        while True:
+            result = await self._call(
+                "search", text, top_k=asked, filters=filters, threshold=0.0, show_expired=True
+            )
+            raws = result.get("results") or []
+            now = datetime.now(timezone.utc)
+            hits = []
+            for raw in raws:
+                if not _ours(raw) or not _live(raw, now):
+                    continue
+                memory = _memory(raw)
+                score = min(1.0, max(0.0, float(raw.get("score") or 0.0)))
+                if score < threshold or (keep is not None and not keep(memory.metadata)):
+                    continue
+                hits.append(MemoryHit(memory, score))
+            if len(hits) >= limit or len(raws) < asked or asked == MAX_LIMIT:
+                hits.sort(key=lambda h: -h.score)
+                return hits[:limit]
+            asked = min(MAX_LIMIT, asked * 4)
+
+    async def aadd(
+        self,
+        user_id: Any,
+        messages: str | list[dict[str, Any]],
+        *,
+        infer: bool | None = None,
+        metadata: dict[str, Any] | None = None,
+        namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
+        ttl: float | timedelta | None = None,
+        auth_policy: AuthPolicy | None = None,
+    ) -> list[Memory]:
+        """Mem0's own ``add``: with ``infer`` (None: this store's), Mem0's LLM reads the
+        messages and decides the memories (each a new one: Mem0 adds, it does not
+        rewrite); without, each user or assistant message is stored as it is. Each
+        memory made gets its Mem0 id as its key, version 1, in ``namespace``.
+
+        Returns:
+            The memories made (possibly none), in Mem0's order.
+
+        Raises:
+            ConfigError: Bad arguments, or ``infer`` with a Mem0 memory that has no
+                LLM (:func:`local_mem0` without ``llm``).
+        """
+        owner = self._owner(user_id, auth_policy)
+        ns = check_namespace(namespace)
+        check_metadata(metadata)
+        now = datetime.now(timezone.utc)
+        expires = check_ttl(ttl, now)
+        infer = self.infer if infer is None else infer
+        if not isinstance(infer, bool):
+            raise ConfigError(f"infer must be True, False or None, not {infer!r}")
+        fields = self._fields(ns, "", 1, dict(metadata or {}), expires)
+        del fields[KEY]  # each its own, once Mem0 has named it
+        added = await self._call(
+            "add",
+            messages,
+            user_id=owner,
+            metadata=fields,
+            infer=infer,
+            expiration_date=None if expires is None else expires.date(),
+        )
+        made = []
+        for result in added.get("results") or []:
+            if result.get("event", "ADD") != "ADD":
+                continue
+            await self._call("update", result["id"], metadata={KEY: result["id"]})
+            made.append(await self._read(result["id"]))
+        return made
+
+    # -- sync twins ------------------------------------------------------------------
+
+    def _run(self, work: Awaitable[T], what: str) -> T:
+        return blocking(work, what)
+
+    def store(self, user_id: Any, content: str, **kwargs: Any) -> Memory:
+        """Synchronous :meth:`astore` (the same keyword arguments)."""
+        return self._run(self.astore(user_id, content, **kwargs), "astore")
+
+    def get(self, user_id: Any, key: str, **kwargs: Any) -> Memory | None:
+        """Synchronous :meth:`aget`."""
+        return self._run(self.aget(user_id, key, **kwargs), "aget")
+
+    def update(self, user_id: Any, key: str, **kwargs: Any) -> Memory:
+        """Synchronous :meth:`aupdate`."""
+        return self._run(self.aupdate(user_id, key, **kwargs), "aupdate")
+
+    def delete(self, user_id: Any, key: str, **kwargs: Any) -> bool:
+        """Synchronous :meth:`adelete`."""
+        return self._run(self.adelete(user_id, key, **kwargs), "adelete")
+
+    def search(self, user_id: Any, query: str, **kwargs: Any) -> list[MemoryHit]:
+        """Synchronous :meth:`asearch`."""
+        return self._run(self.asearch(user_id, query, **kwargs), "asearch")
+
+    def add(self, user_id: Any, messages: Any, **kwargs: Any) -> list[Memory]:
+        """Synchronous :meth:`aadd`."""
+        return self._run(self.aadd(user_id, messages, **kwargs), "aadd")
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def asetup(self) -> None:
+        """Nothing to make: Mem0 makes its collection when the memory is made."""
+
+    def setup(self) -> None:
+        """Synchronous :meth:`asetup`."""
+
+    async def aclose(self) -> None:
+        """Close the Mem0 memory (its vector store client and history database)."""
+        close = getattr(self.memory, "close", None)
+        if callable(close):
+            close()
+
+    async def __aenter__(self) -> Mem0Store:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
