@@ -13,9 +13,7 @@ only among the calls of one ``Mem0Store``, not across processes sharing a Mem0 s
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
-import os
 import threading
 import uuid
 import zlib
@@ -27,6 +25,18 @@ from typing import Any, TypeVar
 from ..errors import ConfigError, MemoryNotFound, SerializationError, StaleStateError
 from ..types import AuthPolicy, Memory, MemoryHit
 from ..validate import check_count
+from .mem0_support import (
+    KEY,
+    META,
+    NS,
+    SCOPES,
+    VERSION,
+    fields,
+    is_live,
+    is_ours,
+    local_mem0,
+    memory_of,
+)
 from .sync import blocking
 from .validation import (
     DEFAULT_NAMESPACE,
@@ -49,155 +59,7 @@ __all__ = ["Mem0Store", "local_mem0"]
 
 T = TypeVar("T")
 
-NS, SCOPES, KEY, VERSION, META, EXPIRES = (
-    "tenx_ns",
-    "tenx_scopes",
-    "tenx_key",
-    "tenx_version",
-    "tenx_metadata",
-    "tenx_expires_at",
-)
-"""The Mem0 metadata fields a :class:`Mem0Store` keeps each memory's place in: its
-namespace (labels joined with ``.``), every prefix of it (a namespace search is a
-match on one), its key, its version, the caller's metadata (one field, so an update
-replaces it whole and it never meets Mem0's own fields) and its expiry (ISO time)."""
-
 _STRIPES = 64
-
-
-def _import_mem0() -> Any:
-    """The ``mem0`` package, telemetry off unless the environment says otherwise."""
-    os.environ.setdefault("MEM0_TELEMETRY", "False")
-    try:
-        mem0 = importlib.import_module("mem0")  # untyped: Any
-    except ImportError as exc:
-        raise ConfigError(
-            "Mem0Store needs the mem0ai package: pip install 'tenxstore[mem0]'"
-        ) from exc
-    return mem0
-
-
-class _NoLLM:
-    """The LLM of a Mem0 memory made without one: any call is an error (``infer=True``
-    needs a real LLM). ``calls`` counts the attempts."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def generate_response(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
-        raise ConfigError(
-            "this Mem0 memory has no LLM (local_mem0(..., llm=None)): infer=True needs "
-            "one; store with infer=False, or give local_mem0 an llm"
-        )
-
-
-class _Embedder:
-    """A tenxstore :class:`~tenxstore.embeddings.Embedding` as Mem0's embedder."""
-
-    def __init__(self, embedding: Any) -> None:
-        self.embedding = embedding
-        self.config = None
-
-    def embed(self, text: str, memory_action: str | None = None) -> list[float]:
-        return list(self.embedding.embed_query(text))
-
-
-def local_mem0(
-    path: str | os.PathLike[str],
-    *,
-    embedding: Any,
-    history_db_path: str | os.PathLike[str] | None = None,
-    collection_name: str = "tenxstore",
-    llm: Any = None,
-    asynchronous: bool = True,
-) -> Any:
-    """A Mem0 ``AsyncMemory`` (``asynchronous=False``: ``Memory``) that needs no
-    network: Qdrant in local mode at ``path``, its history database beside it, each
-    text embedded by ``embedding``, and no LLM unless one is given.
-
-    Args:
-        path: The local Qdrant directory.
-        embedding: A tenxstore :class:`~tenxstore.embeddings.Embedding`, a LangChain
-            ``Embeddings`` or a function of texts to vectors (see
-            :func:`~tenxstore.embeddings.as_embedding`), e.g.
-            ``tenxstore.embeddings.LocalEmbedding()``.
-        history_db_path: Mem0's SQLite history (None: ``history.db`` in ``path``).
-        collection_name: The Qdrant collection.
-        llm: An object with Mem0's LLM method ``generate_response`` (used only by
-            ``infer=True``); None: one that raises ``ConfigError`` when called.
-
-    Mem0 takes an embedder by provider name only (an object only through LangChain's
-    ``Embeddings`` and the ``langchain`` package); this builds the memory with the
-    ``openai`` provider and a placeholder key, which it never calls, then sets its
-    ``embedding_model`` (and ``llm``) to the ones given.
-
-    Raises:
-        ConfigError: mem0ai is not installed.
-    """
-    from ..embeddings import as_embedding
-
-    mem0 = _import_mem0()
-    MemoryConfig = importlib.import_module("mem0.configs.base").MemoryConfig
-
-    chosen = as_embedding(embedding)
-    os.makedirs(path, exist_ok=True)
-    history = history_db_path or os.path.join(os.fspath(path), "history.db")
-    config = MemoryConfig(
-        vector_store={
-            "provider": "qdrant",
-            "config": {
-                "path": os.fspath(path),
-                "collection_name": collection_name,
-                "embedding_model_dims": chosen.dims,
-            },
-        },
-        embedder={"provider": "openai", "config": {"api_key": "unused-by-tenxstore"}},
-        llm={"provider": "openai", "config": {"api_key": "unused-by-tenxstore"}},
-        history_db_path=os.fspath(history),
-    )
-    memory = (mem0.AsyncMemory if asynchronous else mem0.Memory)(config)
-    memory.embedding_model = _Embedder(chosen)
-    memory.llm = _NoLLM() if llm is None else llm
-    return memory
-
-
-def _time(text: Any) -> datetime:
-    found = datetime.fromisoformat(str(text))
-    return found if found.tzinfo else found.replace(tzinfo=timezone.utc)
-
-
-def _memory(raw: dict[str, Any]) -> Memory:
-    """A Mem0 result (``get``/``get_all``/``search``) as a tenxstore memory."""
-    extra = raw.get("metadata") or {}
-    expires = extra.get(EXPIRES)
-    return Memory(
-        key=extra[KEY],
-        namespace=split(extra[NS]),
-        user_id=raw.get("user_id"),
-        content=raw.get("memory") or "",
-        metadata=dict(extra.get(META) or {}),
-        version=int(extra.get(VERSION) or 1),
-        created_at=_time(raw["created_at"]),
-        updated_at=_time(raw.get("updated_at") or raw["created_at"]),
-        expires_at=None if expires is None else _time(expires),
-    )
-
-
-def _ours(raw: dict[str, Any]) -> bool:
-    """A Mem0 memory a Mem0Store wrote (or tagged): one with a key and namespace."""
-    extra = raw.get("metadata") or {}
-    return isinstance(extra.get(KEY), str) and isinstance(extra.get(NS), str)
-
-
-def _live(raw: dict[str, Any], now: datetime) -> bool:
-    expires = (raw.get("metadata") or {}).get(EXPIRES)
-    return expires is None or _time(expires) > now
-
-
-def _scopes(ns: str) -> list[str]:
-    labels = split(ns)
-    return [".".join(labels[: i + 1]) for i in range(len(labels))]
 
 
 class Mem0Store:
@@ -261,7 +123,7 @@ class Mem0Store:
         writers outside this store raced), newest version first."""
         filters = {"user_id": owner, NS: ns, KEY: name}
         result = await self._call("get_all", filters=filters, top_k=20, show_expired=True)
-        found = [r for r in result.get("results", []) if _ours(r)]
+        found = [r for r in result.get("results", []) if is_ours(r)]
         found.sort(key=lambda r: (int(r["metadata"].get(VERSION) or 1), r.get("updated_at") or ""))
         return found[::-1]
 
@@ -269,7 +131,7 @@ class Mem0Store:
         raw = await self._call("get", mem0_id)
         if raw is None:  # deleted by another writer since it was written
             raise MemoryNotFound(mem0_id)
-        return _memory(raw)
+        return memory_of(raw)
 
     # -- the arguments of a call -----------------------------------------------------
 
@@ -295,19 +157,6 @@ class Mem0Store:
                 f"Mem0Store embeds the content it stores (Mem0 does); embed={embed!r} "
                 "is not supported"
             )
-
-    @staticmethod
-    def _fields(
-        ns: str, name: str, version: int, metadata: Any, expires: datetime | None
-    ) -> dict[str, Any]:
-        return {
-            NS: ns,
-            SCOPES: _scopes(ns),
-            KEY: name,
-            VERSION: version,
-            META: metadata,
-            EXPIRES: None if expires is None else expires.isoformat(),
-        }
 
     # -- the documents' methods ------------------------------------------------------
 
@@ -344,27 +193,27 @@ class Mem0Store:
         meta = dict(metadata or {})
         async with self._locked(owner, ns, name):
             found = [] if key is None else await self._found(owner, ns, name)
-            live = [r for r in found if _live(r, now)]
+            live = [r for r in found if is_live(r, now)]
             head = live[0] if live else None
             for raw in found:
                 if raw is not head:  # expired (that memory is gone), or a raced twin
                     await self._call("delete", raw["id"])
             if head is not None:
-                fields = self._fields(ns, name, int(head["metadata"][VERSION]) + 1, meta, expires)
+                written = fields(ns, name, int(head["metadata"][VERSION]) + 1, meta, expires)
                 await self._call(
                     "update",
                     head["id"],
                     text=content,
-                    metadata=fields,
+                    metadata=written,
                     expiration_date=None if expires is None else expires.date(),
                 )
                 return await self._read(head["id"])
-            fields = self._fields(ns, name, 1, meta, expires)
+            written = fields(ns, name, 1, meta, expires)
             added = await self._call(
                 "add",
                 content,
                 user_id=owner,
-                metadata=fields,
+                metadata=written,
                 infer=False,
                 expiration_date=None if expires is None else expires.date(),
             )
@@ -387,8 +236,8 @@ class Mem0Store:
         owner = self._owner(user_id, auth_policy)
         ns, name = check_namespace(namespace), check_key(key)
         now = datetime.now(timezone.utc)
-        live = [r for r in await self._found(owner, ns, name) if _live(r, now)]
-        return _memory(live[0]) if live else None
+        live = [r for r in await self._found(owner, ns, name) if is_live(r, now)]
+        return memory_of(live[0]) if live else None
 
     async def aupdate(
         self,
@@ -429,7 +278,7 @@ class Mem0Store:
             self._embed(embed)
         async with self._locked(owner, ns, name):
             now = datetime.now(timezone.utc)
-            live = [r for r in await self._found(owner, ns, name) if _live(r, now)]
+            live = [r for r in await self._found(owner, ns, name) if is_live(r, now)]
             if not live:
                 raise MemoryNotFound(name, split(ns))
             head = live[0]
@@ -445,10 +294,10 @@ class Mem0Store:
                 )
                 vars(stale).update(key=name, namespace=split(ns))
                 raise stale
-            fields: dict[str, Any] = {VERSION: version + 1}
+            changed: dict[str, Any] = {VERSION: version + 1}
             if metadata is not None:
-                fields[META] = dict(metadata)
-            await self._call("update", head["id"], text=content, metadata=fields)
+                changed[META] = dict(metadata)
+            await self._call("update", head["id"], text=content, metadata=changed)
             return await self._read(head["id"])
 
     async def adelete(
@@ -468,7 +317,7 @@ class Mem0Store:
             found = await self._found(owner, ns, name)
             for raw in found:
                 await self._call("delete", raw["id"])
-            return any(_live(r, now) for r in found)
+            return any(is_live(r, now) for r in found)
 
     async def asearch(
         self,
@@ -513,9 +362,9 @@ class Mem0Store:
             now = datetime.now(timezone.utc)
             hits = []
             for raw in raws:
-                if not _ours(raw) or not _live(raw, now):
+                if not is_ours(raw) or not is_live(raw, now):
                     continue
-                memory = _memory(raw)
+                memory = memory_of(raw)
                 score = min(1.0, max(0.0, float(raw.get("score") or 0.0)))
                 if score < threshold or (keep is not None and not keep(memory.metadata)):
                     continue
@@ -556,13 +405,13 @@ class Mem0Store:
         infer = self.infer if infer is None else infer
         if not isinstance(infer, bool):
             raise ConfigError(f"infer must be True, False or None, not {infer!r}")
-        fields = self._fields(ns, "", 1, dict(metadata or {}), expires)
-        del fields[KEY]  # each its own, once Mem0 has named it
+        made_fields = fields(ns, "", 1, dict(metadata or {}), expires)
+        del made_fields[KEY]  # each its own, once Mem0 has named it
         added = await self._call(
             "add",
             messages,
             user_id=owner,
-            metadata=fields,
+            metadata=made_fields,
             infer=infer,
             expiration_date=None if expires is None else expires.date(),
         )
