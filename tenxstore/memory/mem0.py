@@ -17,27 +17,31 @@ import inspect
 import threading
 import uuid
 import zlib
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 from ..errors import ConfigError, MemoryNotFound, SerializationError, StaleStateError
 from ..types import AuthPolicy, Memory, MemoryHit
-from ..validate import check_count
+from ..validate import check_count, is_int
+from .bulk import as_new_memory
+from .expiry import Refresh
 from .mem0_support import (
+    EXPIRES,
     KEY,
     META,
     NS,
     SCOPES,
+    UPDATED,
     VERSION,
+    Mem0SyncTwins,
     fields,
     is_live,
     is_ours,
     local_mem0,
     memory_of,
 )
-from .sync import blocking
 from .validation import (
     DEFAULT_NAMESPACE,
     MAX_LIMIT,
@@ -46,6 +50,7 @@ from .validation import (
     check_key,
     check_metadata,
     check_namespace,
+    check_offset,
     check_policy,
     check_query,
     check_scoped_user,
@@ -61,8 +66,13 @@ T = TypeVar("T")
 
 _STRIPES = 64
 
+SCAN_LIMIT = 10_000
+"""The most memories of a user :meth:`Mem0Store.alist` and
+:meth:`Mem0Store.alist_namespaces` read from Mem0 for one call (Mem0 lists without
+order: they are sorted here)."""
 
-class Mem0Store:
+
+class Mem0Store(Mem0SyncTwins):
     """The documents' memory methods over Mem0, each user's memories under Mem0's
     ``user_id`` (see the module and docs/memory.md for what differs from
     :class:`~tenxstore.MemoryStore`).
@@ -82,6 +92,10 @@ class Mem0Store:
 
     enforce_user_isolation = True
     """Always: a Mem0 memory belongs to one Mem0 ``user_id``."""
+    embedding = None
+    """None: Mem0 embeds with its own embedder (what ``TenxStore`` reads)."""
+    keyword_index = True
+    """A query is always searched (by Mem0's own ranking: what ``TenxStore`` reads)."""
 
     def __init__(self, memory: Any, *, infer: bool = True) -> None:
         needed = ("add", "get", "get_all", "search", "update", "delete")
@@ -187,11 +201,25 @@ class Mem0Store:
         name = uuid.uuid4().hex if key is None else check_key(key)
         check_content(content)
         check_metadata(metadata)
-        now = datetime.now(timezone.utc)
-        expires = check_ttl(ttl, now)
+        expires = check_ttl(ttl, datetime.now(timezone.utc))
         self._embed(embed)
-        meta = dict(metadata or {})
+        return await self._put(owner, ns, name, content, dict(metadata or {}), expires, key)
+
+    async def _put(
+        self,
+        owner: str,
+        ns: str,
+        name: str,
+        content: str,
+        meta: dict[str, Any],
+        expires: datetime | None,
+        key: str | None,
+    ) -> Memory:
+        """``astore`` once its arguments are checked: a new memory, or (a ``key``
+        given) the next version of the one there."""
+        date = None if expires is None else expires.date()
         async with self._locked(owner, ns, name):
+            now = datetime.now(timezone.utc)
             found = [] if key is None else await self._found(owner, ns, name)
             live = [r for r in found if is_live(r, now)]
             head = live[0] if live else None
@@ -199,23 +227,15 @@ class Mem0Store:
                 if raw is not head:  # expired (that memory is gone), or a raced twin
                     await self._call("delete", raw["id"])
             if head is not None:
-                written = fields(ns, name, int(head["metadata"][VERSION]) + 1, meta, expires)
+                version = int(head["metadata"][VERSION]) + 1
+                written = fields(ns, name, version, meta, expires, now)
                 await self._call(
-                    "update",
-                    head["id"],
-                    text=content,
-                    metadata=written,
-                    expiration_date=None if expires is None else expires.date(),
+                    "update", head["id"], text=content, metadata=written, expiration_date=date
                 )
                 return await self._read(head["id"])
             written = fields(ns, name, 1, meta, expires)
             added = await self._call(
-                "add",
-                content,
-                user_id=owner,
-                metadata=written,
-                infer=False,
-                expiration_date=None if expires is None else expires.date(),
+                "add", content, user_id=owner, metadata=written, infer=False, expiration_date=date
             )
             results = added.get("results") or []
             if len(results) != 1:
@@ -294,7 +314,7 @@ class Mem0Store:
                 )
                 vars(stale).update(key=name, namespace=split(ns))
                 raise stale
-            changed: dict[str, Any] = {VERSION: version + 1}
+            changed: dict[str, Any] = {VERSION: version + 1, UPDATED: now.isoformat()}
             if metadata is not None:
                 changed[META] = dict(metadata)
             await self._call("update", head["id"], text=content, metadata=changed)
@@ -374,6 +394,127 @@ class Mem0Store:
                 return hits[:limit]
             asked = min(MAX_LIMIT, asked * 4)
 
+    # -- what TenxStore (LangGraph's BaseStore) needs besides ------------------------
+
+    async def _all(self, owner: str, ns: str) -> list[Memory]:
+        """The user's live memories in ``ns`` and under it (every one with ``""``),
+        most recently written first: at most :data:`SCAN_LIMIT` read from Mem0."""
+        filters: dict[str, Any] = {"user_id": owner}
+        if ns:
+            filters[SCOPES] = ns
+        result = await self._call("get_all", filters=filters, top_k=SCAN_LIMIT, show_expired=True)
+        now = datetime.now(timezone.utc)
+        found = [memory_of(r) for r in result.get("results") or [] if is_ours(r)]
+        found = [m for m in found if m.expires_at is None or m.expires_at > now]
+        found.sort(key=lambda m: m.updated_at, reverse=True)
+        return found
+
+    async def alist(
+        self,
+        user_id: Any,
+        *,
+        namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
+        limit: int = 50,
+        offset: int = 0,
+        auth_policy: AuthPolicy | None = None,
+    ) -> list[Memory]:
+        """The memories in ``namespace`` and the namespaces under it, most recently
+        written first (of at most :data:`SCAN_LIMIT` read from Mem0)."""
+        owner = self._owner(user_id, auth_policy)
+        ns = check_namespace(namespace, empty=True)
+        limit, offset = check_search_limit(limit), check_offset(offset)
+        return (await self._all(owner, ns))[offset : offset + limit]
+
+    async def alist_namespaces(
+        self,
+        user_id: Any,
+        *,
+        prefix: tuple[str, ...] | None = None,
+        suffix: tuple[str, ...] | None = None,
+        max_depth: int | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        auth_policy: AuthPolicy | None = None,
+    ) -> list[tuple[str, ...]]:
+        """The namespaces holding the user's memories, sorted, as
+        :meth:`tenxstore.MemoryStore.alist_namespaces` gives them."""
+        owner = self._owner(user_id, auth_policy)
+        start = "" if prefix is None else check_namespace(prefix, "prefix", empty=True)
+        if suffix is not None:
+            check_namespace(suffix, "suffix", empty=True)
+            suffix = tuple(suffix)
+        if max_depth is not None and (not is_int(max_depth) or max_depth < 1):
+            raise ConfigError(f"max_depth must be an int of at least 1, not {max_depth!r}")
+        limit, offset = check_search_limit(limit), check_offset(offset)
+        found: set[tuple[str, ...]] = set()
+        for memory in await self._all(owner, start):
+            labels = memory.namespace
+            if suffix and labels[-len(suffix) :] != suffix:
+                continue
+            found.add(labels if max_depth is None else labels[:max_depth])
+        return sorted(found)[offset : offset + limit]
+
+    async def astore_many(
+        self, user_id: Any, memories: Iterable[Any], *, auth_policy: AuthPolicy | None = None
+    ) -> list[Memory]:
+        """:meth:`astore` of each memory in order (a :class:`~tenxstore.NewMemory`, a
+        ``str`` or a mapping of its fields), every one checked before any is written.
+        NOT one transaction, as :meth:`tenxstore.MemoryStore.astore_many` is: Mem0 has
+        none, and a failure leaves the memories before it stored. ``embed`` is not
+        read: Mem0 embeds every memory's content.
+        """
+        owner = self._owner(user_id, auth_policy)
+        if isinstance(memories, (str, bytes, Mapping)):
+            raise ConfigError("memories must be an iterable of memories, not one")
+        now = datetime.now(timezone.utc)
+        ready = []
+        for at, raw in enumerate(memories):
+            one = as_new_memory(raw, at)
+            ns = check_namespace(one.namespace)
+            name = uuid.uuid4().hex if one.key is None else check_key(one.key)
+            check_content(one.content)
+            check_metadata(one.metadata)
+            expires = check_ttl(one.ttl, now)
+            ready.append((ns, name, one.content, dict(one.metadata or {}), expires, one.key))
+        return [await self._put(owner, *args) for args in ready]
+
+    async def arefresh(self, user_id: Any, items: Sequence[Refresh]) -> int:
+        """Each memory's expiry set to now + its TTL when it is still at the version
+        read and alive (LangGraph's ``refresh_ttl``): no new version, ``updated_at``
+        kept; how many were refreshed. Each a Mem0 update of its own."""
+        owner = self._owner(user_id, None)
+        done = 0
+        for item in items:
+            ns, name = check_namespace(item.namespace), check_key(item.key)
+            async with self._locked(owner, ns, name):
+                now = datetime.now(timezone.utc)
+                live = [r for r in await self._found(owner, ns, name) if is_live(r, now)]
+                if not live or live[0]["metadata"].get(EXPIRES) is None:
+                    continue
+                head = live[0]
+                if int(head["metadata"][VERSION]) != item.version:
+                    continue
+                expires = now + item.ttl
+                await self._call(
+                    "update",
+                    head["id"],
+                    metadata={EXPIRES: expires.isoformat()},
+                    expiration_date=expires.date(),
+                )
+                done += 1
+        return done
+
+    async def areembed(self, *args: Any, **kwargs: Any) -> int:
+        """Not supported: Mem0 keeps the vectors and embeds with its own embedder.
+
+        Raises:
+            ConfigError: Always.
+        """
+        raise ConfigError(
+            "Mem0Store cannot re-embed: Mem0 keeps the vectors (re-add the memories "
+            "through a Mem0 memory configured with the new embedder)"
+        )
+
     async def aadd(
         self,
         user_id: Any,
@@ -407,14 +548,20 @@ class Mem0Store:
             raise ConfigError(f"infer must be True, False or None, not {infer!r}")
         made_fields = fields(ns, "", 1, dict(metadata or {}), expires)
         del made_fields[KEY]  # each its own, once Mem0 has named it
-        added = await self._call(
-            "add",
-            messages,
-            user_id=owner,
-            metadata=made_fields,
-            infer=infer,
-            expiration_date=None if expires is None else expires.date(),
-        )
+        try:
+            added = await self._call(
+                "add",
+                messages,
+                user_id=owner,
+                metadata=made_fields,
+                infer=infer,
+                expiration_date=None if expires is None else expires.date(),
+            )
+        except Exception as exc:  # Mem0 wraps its LLM's errors: ours is the cause
+            cause = exc.__cause__ or exc.__context__
+            if isinstance(cause, ConfigError):
+                raise ConfigError(str(cause)) from exc
+            raise
         made = []
         for result in added.get("results") or []:
             if result.get("event", "ADD") != "ADD":
@@ -422,35 +569,6 @@ class Mem0Store:
             await self._call("update", result["id"], metadata={KEY: result["id"]})
             made.append(await self._read(result["id"]))
         return made
-
-    # -- sync twins ------------------------------------------------------------------
-
-    def _run(self, work: Awaitable[T], what: str) -> T:
-        return blocking(work, what)
-
-    def store(self, user_id: Any, content: str, **kwargs: Any) -> Memory:
-        """Synchronous :meth:`astore` (the same keyword arguments)."""
-        return self._run(self.astore(user_id, content, **kwargs), "astore")
-
-    def get(self, user_id: Any, key: str, **kwargs: Any) -> Memory | None:
-        """Synchronous :meth:`aget`."""
-        return self._run(self.aget(user_id, key, **kwargs), "aget")
-
-    def update(self, user_id: Any, key: str, **kwargs: Any) -> Memory:
-        """Synchronous :meth:`aupdate`."""
-        return self._run(self.aupdate(user_id, key, **kwargs), "aupdate")
-
-    def delete(self, user_id: Any, key: str, **kwargs: Any) -> bool:
-        """Synchronous :meth:`adelete`."""
-        return self._run(self.adelete(user_id, key, **kwargs), "adelete")
-
-    def search(self, user_id: Any, query: str, **kwargs: Any) -> list[MemoryHit]:
-        """Synchronous :meth:`asearch`."""
-        return self._run(self.asearch(user_id, query, **kwargs), "asearch")
-
-    def add(self, user_id: Any, messages: Any, **kwargs: Any) -> list[Memory]:
-        """Synchronous :meth:`aadd`."""
-        return self._run(self.aadd(user_id, messages, **kwargs), "aadd")
 
     # -- lifecycle -------------------------------------------------------------------
 

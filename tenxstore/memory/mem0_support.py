@@ -1,6 +1,7 @@
 """The Mem0 side of :class:`~tenxstore.memory.mem0.Mem0Store`: mem0 imported (its
 telemetry off unless the environment turns it on), an offline Mem0 built
-(:func:`local_mem0`), and the Mem0 metadata fields of a memory's place.
+(:func:`local_mem0`), the Mem0 metadata fields of a memory's place, and the store's
+sync twins (:class:`Mem0SyncTwins`).
 
 Mem0 has no namespaces, caller-chosen keys, versions or TTLs in seconds: each memory a
 Mem0Store writes carries them in its Mem0 metadata (:data:`NS` ... :data:`EXPIRES`),
@@ -9,13 +10,16 @@ and :func:`memory_of` reads a Mem0 result back as a tenxstore :class:`Memory`.
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import os
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..types import Memory
+from ..types import Memory, MemoryHit
+from .sync import blocking
 from .validation import split
 
 __all__ = [
@@ -24,7 +28,9 @@ __all__ = [
     "META",
     "NS",
     "SCOPES",
+    "UPDATED",
     "VERSION",
+    "Mem0SyncTwins",
     "fields",
     "import_mem0",
     "is_live",
@@ -36,18 +42,20 @@ __all__ = [
 ]
 
 
-NS, SCOPES, KEY, VERSION, META, EXPIRES = (
+NS, SCOPES, KEY, VERSION, META, EXPIRES, UPDATED = (
     "tenx_ns",
     "tenx_scopes",
     "tenx_key",
     "tenx_version",
     "tenx_metadata",
     "tenx_expires_at",
+    "tenx_updated_at",
 )
 """The Mem0 metadata fields a :class:`Mem0Store` keeps each memory's place in: its
 namespace (labels joined with ``.``), every prefix of it (a namespace search is a
 match on one), its key, its version, the caller's metadata (one field, so an update
-replaces it whole and it never meets Mem0's own fields) and its expiry (ISO time)."""
+replaces it whole and it never meets Mem0's own fields), its expiry and when its
+version was written (ISO times: Mem0's own ``updated_at`` moves on a TTL refresh too)."""
 
 
 def import_mem0() -> Any:
@@ -165,7 +173,7 @@ def memory_of(raw: dict[str, Any]) -> Memory:
         metadata=dict(extra.get(META) or {}),
         version=int(extra.get(VERSION) or 1),
         created_at=parse_time(raw["created_at"]),
-        updated_at=parse_time(raw.get("updated_at") or raw["created_at"]),
+        updated_at=parse_time(extra.get(UPDATED) or raw["created_at"]),
         expires_at=None if expires is None else parse_time(expires),
     )
 
@@ -189,9 +197,16 @@ def scopes(ns: str) -> list[str]:
 
 
 def fields(
-    ns: str, name: str, version: int, metadata: Any, expires: datetime | None
+    ns: str,
+    name: str,
+    version: int,
+    metadata: Any,
+    expires: datetime | None,
+    updated: datetime | None = None,
 ) -> dict[str, Any]:
-    """The Mem0 metadata of a memory written at this place, version and expiry."""
+    """The Mem0 metadata of a memory written at this place, version and expiry
+    (``updated``: when this version was written; None for a first version, whose
+    ``updated_at`` is Mem0's ``created_at``)."""
     return {
         NS: ns,
         SCOPES: scopes(ns),
@@ -199,4 +214,60 @@ def fields(
         VERSION: version,
         META: metadata,
         EXPIRES: None if expires is None else expires.isoformat(),
+        UPDATED: None if updated is None else updated.isoformat(),
     }
+
+
+class Mem0SyncTwins:
+    """The synchronous methods of :class:`~tenxstore.memory.mem0.Mem0Store`: each
+    async method's name without its leading ``a``, run as
+    :class:`~tenxstore.MemoryStore`'s twins run (:mod:`tenxstore.memory.sync`)."""
+
+    if TYPE_CHECKING:  # the async methods, as Mem0Store defines them
+        astore: Callable[..., Awaitable[Memory]]
+        aget: Callable[..., Awaitable[Memory | None]]
+        aupdate: Callable[..., Awaitable[Memory]]
+        adelete: Callable[..., Awaitable[bool]]
+        asearch: Callable[..., Awaitable[builtins.list[MemoryHit]]]
+        aadd: Callable[..., Awaitable[builtins.list[Memory]]]
+        alist: Callable[..., Awaitable[builtins.list[Memory]]]
+        alist_namespaces: Callable[..., Awaitable[builtins.list[tuple[str, ...]]]]
+        astore_many: Callable[..., Awaitable[builtins.list[Memory]]]
+
+    def store(self, user_id: Any, content: str, **kwargs: Any) -> Memory:
+        """Synchronous :meth:`astore` (the same keyword arguments)."""
+        return blocking(self.astore(user_id, content, **kwargs), "astore")
+
+    def get(self, user_id: Any, key: str, **kwargs: Any) -> Memory | None:
+        """Synchronous :meth:`aget`."""
+        return blocking(self.aget(user_id, key, **kwargs), "aget")
+
+    def update(self, user_id: Any, key: str, **kwargs: Any) -> Memory:
+        """Synchronous :meth:`aupdate`."""
+        return blocking(self.aupdate(user_id, key, **kwargs), "aupdate")
+
+    def delete(self, user_id: Any, key: str, **kwargs: Any) -> bool:
+        """Synchronous :meth:`adelete`."""
+        return blocking(self.adelete(user_id, key, **kwargs), "adelete")
+
+    def search(self, user_id: Any, query: str, **kwargs: Any) -> builtins.list[MemoryHit]:
+        """Synchronous :meth:`asearch`."""
+        return blocking(self.asearch(user_id, query, **kwargs), "asearch")
+
+    def add(self, user_id: Any, messages: Any, **kwargs: Any) -> builtins.list[Memory]:
+        """Synchronous :meth:`aadd`."""
+        return blocking(self.aadd(user_id, messages, **kwargs), "aadd")
+
+    def list(self, user_id: Any, **kwargs: Any) -> builtins.list[Memory]:
+        """Synchronous :meth:`alist`."""
+        return blocking(self.alist(user_id, **kwargs), "alist")
+
+    def list_namespaces(self, user_id: Any, **kwargs: Any) -> builtins.list[tuple[str, ...]]:
+        """Synchronous :meth:`alist_namespaces`."""
+        return blocking(self.alist_namespaces(user_id, **kwargs), "alist_namespaces")
+
+    def store_many(
+        self, user_id: Any, memories: Iterable[Any], **kwargs: Any
+    ) -> builtins.list[Memory]:
+        """Synchronous :meth:`astore_many`."""
+        return blocking(self.astore_many(user_id, memories, **kwargs), "astore_many")
