@@ -40,6 +40,7 @@ from .mem0_support import (
     is_live,
     is_ours,
     local_mem0,
+    mem0_user,
     memory_of,
 )
 from .validation import (
@@ -51,9 +52,7 @@ from .validation import (
     check_metadata,
     check_namespace,
     check_offset,
-    check_policy,
     check_query,
-    check_scoped_user,
     check_search_limit,
     check_threshold,
     check_ttl,
@@ -150,27 +149,12 @@ class Mem0Store(Mem0SyncTwins):
     # -- the arguments of a call -----------------------------------------------------
 
     def _owner(self, user_id: Any, auth_policy: AuthPolicy | None) -> str:
-        policy = check_policy(auth_policy)
-        if policy is not None and not policy.enforce_user_isolation:
-            raise ConfigError(
-                "Mem0Store cannot lift user isolation (AuthPolicy(enforce_user_isolation="
-                "False)): every Mem0 memory belongs to one Mem0 user_id"
-            )
-        owner: str = check_scoped_user(user_id, "string")
-        if any(c.isspace() for c in owner):
-            raise ConfigError(
-                f"user_id {owner!r} holds whitespace, which Mem0 trims or refuses (two "
-                "ids would name one user): use an id without whitespace"
-            )
-        return owner
+        return mem0_user(user_id, auth_policy)
 
     @staticmethod
     def _embed(embed: Any) -> None:
         if embed is not True:
-            raise ConfigError(
-                f"Mem0Store embeds the content it stores (Mem0 does); embed={embed!r} "
-                "is not supported"
-            )
+            raise ConfigError(f"Mem0 embeds the content it stores: embed={embed!r} is refused")
 
     # -- the documents' methods ------------------------------------------------------
 
@@ -504,6 +488,19 @@ class Mem0Store(Mem0SyncTwins):
                 done += 1
         return done
 
+    async def asweep_expired(self, *, batch_size: int = 500) -> int:
+        """Not supported: Mem0 lists memories only of one user at a time. Expired
+        memories are never returned all the same; Mem0 hides them itself from the day
+        after their expiry (its ``expiration_date``).
+
+        Raises:
+            ConfigError: Always.
+        """
+        raise ConfigError(
+            "Mem0Store cannot sweep expired memories (Mem0 lists one user's at a time); "
+            "they are never returned, and Mem0 hides them by their expiration_date"
+        )
+
     async def areembed(self, *args: Any, **kwargs: Any) -> int:
         """Not supported: Mem0 keeps the vectors and embeds with its own embedder.
 
@@ -579,10 +576,12 @@ class Mem0Store(Mem0SyncTwins):
         """Synchronous :meth:`asetup`."""
 
     async def aclose(self) -> None:
-        """Close the Mem0 memory (its vector store client and history database)."""
-        close = getattr(self.memory, "close", None)
-        if callable(close):
-            close()
+        """Close the Mem0 memory: its history database (Mem0's ``close``) and its
+        vector store's client (which Mem0's ``close`` leaves open)."""
+        client = getattr(getattr(self.memory, "vector_store", None), "client", None)
+        for close in (getattr(self.memory, "close", None), getattr(client, "close", None)):
+            if callable(close):
+                close()
 
     async def __aenter__(self) -> Mem0Store:
         return self

@@ -18,9 +18,9 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..types import Memory, MemoryHit
+from ..types import AuthPolicy, Memory, MemoryHit
 from .sync import blocking
-from .validation import split
+from .validation import check_policy, check_scoped_user, split
 
 __all__ = [
     "EXPIRES",
@@ -36,6 +36,7 @@ __all__ = [
     "is_live",
     "is_ours",
     "local_mem0",
+    "mem0_user",
     "memory_of",
     "parse_time",
     "scopes",
@@ -153,6 +154,29 @@ def local_mem0(
     memory.embedding_model = _Embedder(chosen)
     memory.llm = _NoLLM() if llm is None else llm
     return memory
+
+
+def mem0_user(user_id: Any, auth_policy: AuthPolicy | None) -> str:
+    """The user of a Mem0Store call: always scoped (Mem0 scopes every memory to its
+    ``user_id``), a str (7 and "7" would be one Mem0 user), without whitespace.
+
+    Raises:
+        ConfigError: A missing or invalid id, one with whitespace (Mem0 trims or
+            refuses it: two ids would name one user), or a policy lifting isolation.
+    """
+    policy = check_policy(auth_policy)
+    if policy is not None and not policy.enforce_user_isolation:
+        raise ConfigError(
+            "Mem0Store cannot lift user isolation (AuthPolicy(enforce_user_isolation="
+            "False)): every Mem0 memory belongs to one Mem0 user_id"
+        )
+    owner: str = check_scoped_user(user_id, "string")
+    if any(c.isspace() for c in owner):
+        raise ConfigError(
+            f"user_id {owner!r} holds whitespace, which Mem0 trims or refuses (two "
+            "ids would name one user): use an id without whitespace"
+        )
+    return owner
 
 
 def parse_time(text: Any) -> datetime:

@@ -24,8 +24,15 @@ os.environ.setdefault("MEM0_TELEMETRY", "False")
 os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="tenxstore-mem0-"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from tenxstore import AuthPolicy, ConfigError, Memory, MemoryNotFound, MemoryStore
-from tenxstore import StaleStateError
+from tenxstore import (
+    AuthPolicy,
+    ConfigError,
+    Memory,
+    MemoryNotFound,
+    MemoryStore,
+    NewMemory,
+    StaleStateError,
+)
 from tenxstore.memory.mem0 import Mem0Store, local_mem0
 from tests.memory.embeddings import HashingEmbedding
 
@@ -294,6 +301,56 @@ async def test_an_expired_memory_is_never_returned(store: Any) -> None:
     assert await store.adelete("alice", "g") is False
 
 
+# -- what TenxStore reads besides: listings and the bulk store ------------------------
+
+
+async def test_list_newest_first_with_namespaces_under_it(store: Any) -> None:
+    a = await store.astore("alice", "a", namespace=("memories",))
+    b = await store.astore("alice", "b", namespace=("memories", "work"))
+    c = await store.astore("alice", "c", namespace=("notes",))
+    assert [m.key for m in await store.alist("alice")] == [b.key, a.key]
+    assert [m.key for m in await store.alist("alice", namespace=("memories", "work"))] == [b.key]
+    assert [m.key for m in await store.alist("alice", namespace=())] == [c.key, b.key, a.key]
+    assert [m.key for m in await store.alist("alice", limit=1, offset=1)] == [a.key]
+    assert await store.alist("bob", namespace=()) == []
+
+
+async def test_list_namespaces(store: Any) -> None:
+    for ns in (("a",), ("a", "b"), ("a", "b", "c"), ("x", "b"), ("x", "y", "c")):
+        await store.astore("alice", "m", namespace=ns)
+    assert await store.alist_namespaces("alice") == [
+        ("a",),
+        ("a", "b"),
+        ("a", "b", "c"),
+        ("x", "b"),
+        ("x", "y", "c"),
+    ]
+    assert await store.alist_namespaces("alice", prefix=("a",)) == [
+        ("a",),
+        ("a", "b"),
+        ("a", "b", "c"),
+    ]
+    assert await store.alist_namespaces("alice", suffix=("c",)) == [
+        ("a", "b", "c"),
+        ("x", "y", "c"),
+    ]
+    assert await store.alist_namespaces("alice", max_depth=1) == [("a",), ("x",)]
+    assert await store.alist_namespaces("alice", limit=2, offset=1) == [("a", "b"), ("a", "b", "c")]
+    assert await store.alist_namespaces("bob") == []
+
+
+async def test_store_many_in_order(store: Any) -> None:
+    made = await store.astore_many(
+        "alice", ["one", {"content": "two", "key": "k"}, NewMemory("three", key="k")]
+    )
+    assert [(m.content, m.version) for m in made] == [("one", 1), ("two", 1), ("three", 2)]
+    found = await store.aget("alice", "k")
+    assert found is not None and found.content == "three"
+    with pytest.raises(ConfigError):
+        await store.astore_many("alice", ["fine", {"content": "bad", "ttl": -1}])
+    assert [m.content for m in await store.alist("alice")] == ["three", "one"]  # none stored
+
+
 # -- the sync twins ------------------------------------------------------------------
 
 
@@ -310,3 +367,4 @@ def test_sync_twins(tmp_path: Path, no_network: None) -> None:
         assert [h.memory.key for h in s.search("alice", "espresso")] == ["k"]
         assert s.delete("alice", "k") is True
         assert s.get("alice", "k") is None
+        asyncio.run(s.aclose())
