@@ -141,7 +141,8 @@ class TenxStore(TTLSweeper, BaseStore):
 
     Args:
         memory_store: The memories it reads and writes (its database, key ring and
-            isolation).
+            isolation): a ``MemoryStore``, or a :class:`~tenxstore.memory.Mem0Store`
+            (Mem0 keeps them; no ``index``; see docs/memory.md).
         user_id: Act for this user; None: the user of each call is ``user_id`` of the
             LangGraph run it is made in (``config["configurable"]["user_id"]``, or the
             run's ``context``), required while user isolation applies.
