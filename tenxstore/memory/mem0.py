@@ -136,9 +136,19 @@ class Mem0Store(Mem0SyncTwins):
         writers outside this store raced), newest version first."""
         filters = {"user_id": owner, NS: ns, KEY: name}
         result = await self._call("get_all", filters=filters, top_k=20, show_expired=True)
-        found = [r for r in result.get("results", []) if is_ours(r)]
+        found = [r for r in result.get("results", []) if self._mine(r, owner, ns)]
         found.sort(key=lambda r: (int(r["metadata"].get(VERSION) or 1), r.get("updated_at") or ""))
         return found[::-1]
+
+    @staticmethod
+    def _mine(raw: dict[str, Any], owner: str, ns: str) -> bool:
+        """A result of the user's, in ``ns`` or under it: what the filters asked Mem0
+        for, checked again (a vector store that matched a filter otherwise, such as
+        one element of ``tenx_scopes``, never shows one user another's memories)."""
+        if not is_ours(raw) or raw.get("user_id") != owner:
+            return False
+        stored = raw["metadata"][NS]
+        return not ns or stored == ns or stored.startswith(ns + ".")
 
     async def _read(self, mem0_id: str) -> Memory:
         raw = await self._call("get", mem0_id)
@@ -366,7 +376,7 @@ class Mem0Store(Mem0SyncTwins):
             now = datetime.now(timezone.utc)
             hits = []
             for raw in raws:
-                if not is_ours(raw) or not is_live(raw, now):
+                if not self._mine(raw, owner, ns) or not is_live(raw, now):
                     continue
                 memory = memory_of(raw)
                 score = min(1.0, max(0.0, float(raw.get("score") or 0.0)))
@@ -388,7 +398,7 @@ class Mem0Store(Mem0SyncTwins):
             filters[SCOPES] = ns
         result = await self._call("get_all", filters=filters, top_k=SCAN_LIMIT, show_expired=True)
         now = datetime.now(timezone.utc)
-        found = [memory_of(r) for r in result.get("results") or [] if is_ours(r)]
+        found = [memory_of(r) for r in result.get("results") or [] if self._mine(r, owner, ns)]
         found = [m for m in found if m.expires_at is None or m.expires_at > now]
         found.sort(key=lambda m: m.updated_at, reverse=True)
         return found
@@ -561,13 +571,11 @@ class Mem0Store(Mem0SyncTwins):
             raise
         made = []
         for result in added.get("results") or []:
-            if result.get("event", "ADD") != "ADD":
+            if result.get("event", "ADD") != "ADD":  # mem0ai 2.x (its "v3" add) only adds
                 continue
             await self._call("update", result["id"], metadata={KEY: result["id"]})
             made.append(await self._read(result["id"]))
         return made
-
-    # -- lifecycle -------------------------------------------------------------------
 
     async def asetup(self) -> None:
         """Nothing to make: Mem0 makes its collection when the memory is made."""
