@@ -66,9 +66,8 @@ T = TypeVar("T")
 _STRIPES = 64
 
 SCAN_LIMIT = 10_000
-"""The most memories of a user :meth:`Mem0Store.alist` and
-:meth:`Mem0Store.alist_namespaces` read from Mem0 for one call (Mem0 lists without
-order: they are sorted here)."""
+"""The most memories of a user that ``alist`` and ``alist_namespaces`` read from Mem0
+(which lists without order: they are sorted here)."""
 
 
 class Mem0Store(Mem0SyncTwins):
@@ -136,7 +135,11 @@ class Mem0Store(Mem0SyncTwins):
         writers outside this store raced), newest version first."""
         filters = {"user_id": owner, NS: ns, KEY: name}
         result = await self._call("get_all", filters=filters, top_k=20, show_expired=True)
-        found = [r for r in result.get("results", []) if self._mine(r, owner, ns)]
+        found = [
+            r
+            for r in result.get("results", [])
+            if self._mine(r, owner, ns) and (r["metadata"][NS], r["metadata"][KEY]) == (ns, name)
+        ]
         found.sort(key=lambda r: (int(r["metadata"].get(VERSION) or 1), r.get("updated_at") or ""))
         return found[::-1]
 
@@ -145,10 +148,8 @@ class Mem0Store(Mem0SyncTwins):
         """A result of the user's, in ``ns`` or under it: what the filters asked Mem0
         for, checked again (a vector store that matched a filter otherwise, such as
         one element of ``tenx_scopes``, never shows one user another's memories)."""
-        if not is_ours(raw) or raw.get("user_id") != owner:
-            return False
-        stored = raw["metadata"][NS]
-        return not ns or stored == ns or stored.startswith(ns + ".")
+        stored = raw["metadata"][NS] if is_ours(raw) and raw.get("user_id") == owner else None
+        return stored is not None and (not ns or stored == ns or stored.startswith(ns + "."))
 
     async def _read(self, mem0_id: str) -> Memory:
         raw = await self._call("get", mem0_id)

@@ -145,3 +145,44 @@ def test_tenxstore_imports_without_importing_mem0() -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+class _FiltersIgnored:
+    """A Mem0 memory whose searches and listings ignore every filter: each user's
+    results come back (as a vector store that matched a filter otherwise would)."""
+
+    def __init__(self, real: Any, users: list[str]) -> None:
+        self.real, self.users = real, users
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    async def _every(self, method: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        results: list[Any] = []
+        for user in self.users:
+            kwargs["filters"] = {"user_id": user}
+            results += (await getattr(self.real, method)(*args, **kwargs))["results"]
+        return {"results": results}
+
+    async def search(self, query: str, **kwargs: Any) -> dict[str, Any]:
+        return await self._every("search", query, **kwargs)
+
+    async def get_all(self, **kwargs: Any) -> dict[str, Any]:
+        return await self._every("get_all", **kwargs)
+
+
+async def test_results_are_checked_again_for_user_namespace_and_key(store: Mem0Store) -> None:
+    await store.astore("alice", "green tea", key="k")
+    await store.astore("alice", "green tea too", key="k", namespace=("other",))
+    await store.astore("alice", "green tea again", key="j")
+    await store.astore("bob", "green tea for bob", key="k")
+    leaky = Mem0Store(_FiltersIgnored(store.memory, ["alice", "bob"]), infer=False)
+    hits = await leaky.asearch("alice", "green tea", limit=10)
+    assert {(h.memory.user_id, h.memory.namespace, h.memory.key) for h in hits} == {
+        ("alice", ("memories",), "k"),
+        ("alice", ("memories",), "j"),
+    }
+    got = await leaky.aget("bob", "k")
+    assert got is not None and got.content == "green tea for bob"
+    assert [m.key for m in await leaky.alist("bob")] == ["k"]
+    assert await leaky.aget("carol", "k") is None
