@@ -23,13 +23,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from tenxstore import AuthPolicy, ConfigError
 from tenxstore.memory import mem0_support
 from tenxstore.memory.mem0 import Mem0Store, local_mem0
+from tests import services
 from tests.memory.embeddings import HashingEmbedding
-
-pytest.importorskip("mem0")
 
 
 @pytest.fixture(autouse=True)
 def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Any socket connection fails the test (SQLite and local Qdrant need none); and
+    mem0 is required (the ``mem0`` extra: a failure under CI, else a skip)."""
+    services.require_modules("mem0", "mem0")
+
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError(f"a network connection was attempted: {args!r}")
 
