@@ -20,7 +20,7 @@ import zlib
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
-from typing import Any, TypeVar
+from typing import Any
 
 from ..errors import ConfigError, MemoryNotFound, SerializationError, StaleStateError
 from ..types import AuthPolicy, Memory, MemoryHit
@@ -60,8 +60,6 @@ from .validation import (
 )
 
 __all__ = ["Mem0Store", "local_mem0"]
-
-T = TypeVar("T")
 
 _STRIPES = 64
 
@@ -151,10 +149,10 @@ class Mem0Store(Mem0SyncTwins):
         stored = raw["metadata"][NS] if is_ours(raw) and raw.get("user_id") == owner else None
         return stored is not None and (not ns or stored == ns or stored.startswith(ns + "."))
 
-    async def _read(self, mem0_id: str) -> Memory:
+    async def _read(self, mem0_id: str, ns: str, name: str) -> Memory:
         raw = await self._call("get", mem0_id)
-        if raw is None:  # deleted by another writer since it was written
-            raise MemoryNotFound(mem0_id)
+        if raw is None:  # deleted by a writer outside this store since it was written
+            raise MemoryNotFound(name, split(ns))
         return memory_of(raw)
 
     # -- the arguments of a call -----------------------------------------------------
@@ -227,7 +225,7 @@ class Mem0Store(Mem0SyncTwins):
                 await self._call(
                     "update", head["id"], text=content, metadata=written, expiration_date=date
                 )
-                return await self._read(head["id"])
+                return await self._read(head["id"], ns, name)
             written = fields(ns, name, 1, meta, expires)
             added = await self._call(
                 "add", content, user_id=owner, metadata=written, infer=False, expiration_date=date
@@ -237,7 +235,7 @@ class Mem0Store(Mem0SyncTwins):
                 raise SerializationError(
                     f"Mem0 stored {len(results)} memories for one content, not 1"
                 )
-            return await self._read(results[0]["id"])
+            return await self._read(results[0]["id"], ns, name)
 
     async def aget(
         self,
@@ -313,7 +311,7 @@ class Mem0Store(Mem0SyncTwins):
             if metadata is not None:
                 changed[META] = dict(metadata)
             await self._call("update", head["id"], text=content, metadata=changed)
-            return await self._read(head["id"])
+            return await self._read(head["id"], ns, name)
 
     async def adelete(
         self,
@@ -575,7 +573,7 @@ class Mem0Store(Mem0SyncTwins):
             if result.get("event", "ADD") != "ADD":  # mem0ai 2.x (its "v3" add) only adds
                 continue
             await self._call("update", result["id"], metadata={KEY: result["id"]})
-            made.append(await self._read(result["id"]))
+            made.append(await self._read(result["id"], ns, result["id"]))
         return made
 
     async def asetup(self) -> None:
