@@ -27,6 +27,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 
 from ..errors import ConfigError
+from ..memory.mem0 import Mem0Store
 from ..memory.store import MemoryStore
 from ..memory.sync import blocking as run_blocking
 from ..memory.validation import (
@@ -108,7 +109,7 @@ class MemoryConfig:
 
     Args:
         store: The store given to ``graph.compile(store=...)``: a ``TenxStore``, or the
-            ``MemoryStore`` under it.
+            ``MemoryStore`` (or :class:`~tenxstore.memory.Mem0Store`) under it.
         limit: Memories a retrieval returns, at most (0 to 10000).
         score_threshold: The least score (0 to 1) a retrieved memory has.
         user_scoped_tool: Give the model tools for the user's memories.
@@ -125,7 +126,7 @@ class MemoryConfig:
 
     def __init__(
         self,
-        store: TenxStore | MemoryStore,
+        store: TenxStore | MemoryStore | Mem0Store,
         *,
         limit: int = 5,
         score_threshold: float = 0.0,
@@ -134,11 +135,12 @@ class MemoryConfig:
         agent_id: str | None = None,
         namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
     ) -> None:
-        if isinstance(store, MemoryStore):
+        if isinstance(store, (MemoryStore, Mem0Store)):
             store = TenxStore(store)
         if not isinstance(store, TenxStore):
             raise ConfigError(
-                f"MemoryConfig takes a TenxStore or a MemoryStore, not {type(store).__name__}"
+                "MemoryConfig takes a TenxStore, a MemoryStore or a Mem0Store, not "
+                f"{type(store).__name__}"
             )
         self.store = store
         self.limit = check_search_limit(limit)
@@ -150,7 +152,7 @@ class MemoryConfig:
         self.namespace = tuple(namespace)
 
     @property
-    def memory_store(self) -> MemoryStore:
+    def memory_store(self) -> MemoryStore | Mem0Store:
         """The memories' store."""
         return self.store.memory_store
 

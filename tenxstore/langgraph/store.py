@@ -34,6 +34,7 @@ from ..errors import ConfigError
 from ..memory import search
 from ..memory.bulk import NewMemory
 from ..memory.expiry import Refresh, arefresh
+from ..memory.mem0 import Mem0Store
 from ..memory.store import MemoryStore
 from ..memory.sync import blocking as run_blocking  # the memory store's loop and pool
 from ..memory.validation import (
@@ -46,6 +47,7 @@ from ..memory.validation import (
     shared_owner,
 )
 from ..types import AuthPolicy, Memory
+from ..validate import IdType
 from .items import Predicate, matches, ttl_minutes, value_of
 from .ops import Get, Listing, Put, Search, prepare
 from .ttl import TTLSweeper, check_ttl_config
@@ -139,7 +141,8 @@ class TenxStore(TTLSweeper, BaseStore):
 
     Args:
         memory_store: The memories it reads and writes (its database, key ring and
-            isolation).
+            isolation): a ``MemoryStore``, or a :class:`~tenxstore.memory.Mem0Store`
+            (Mem0 keeps them; no ``index``; see docs/memory.md).
         user_id: Act for this user; None: the user of each call is ``user_id`` of the
             LangGraph run it is made in (``config["configurable"]["user_id"]``, or the
             run's ``context``), required while user isolation applies.
@@ -172,25 +175,34 @@ class TenxStore(TTLSweeper, BaseStore):
 
     def __init__(
         self,
-        memory_store: MemoryStore,
+        memory_store: MemoryStore | Mem0Store,
         *,
         user_id: Any = None,
         index: Mapping[str, Any] | None = None,
         ttl: TTLConfig | None = None,
         auth_policy: AuthPolicy | None = None,
     ) -> None:
-        if not isinstance(memory_store, MemoryStore):
+        if not isinstance(memory_store, (MemoryStore, Mem0Store)):
             raise ConfigError(
-                f"TenxStore takes a tenxstore.MemoryStore, not {type(memory_store).__name__}"
+                "TenxStore takes a tenxstore.MemoryStore or a tenxstore.memory.Mem0Store, "
+                f"not {type(memory_store).__name__}"
             )
         self.index_config: dict[str, Any] | None = None
         self._fields: list[tuple[str, Any]] | None = None
-        if index is None and memory_store.embedding is not None:
-            index = {}  # the store's embedding: puts write the vectors searches read
-        if index is not None:
-            memory_store, self.index_config, self._fields = _indexed(memory_store, index)
-        self.memory_store = memory_store
-        self._kind = memory_store.base.settings.user_id_type
+        if isinstance(memory_store, Mem0Store):
+            if index is not None:
+                raise ConfigError(
+                    "TenxStore over a Mem0Store takes no index: Mem0 embeds each item's "
+                    "value (its JSON) with its own embedder"
+                )
+            self._kind: IdType = "string"
+        else:
+            if index is None and memory_store.embedding is not None:
+                index = {}  # the store's embedding: puts write the vectors searches read
+            if index is not None:
+                memory_store, self.index_config, self._fields = _indexed(memory_store, index)
+            self._kind = memory_store.base.settings.user_id_type
+        self.memory_store: MemoryStore | Mem0Store = memory_store
         self.user_id = None if user_id is None else check_scoped_user(user_id, self._kind)
         self.auth_policy = check_policy(auth_policy)
         self.ttl_config = check_ttl_config(ttl)
@@ -331,9 +343,12 @@ class TenxStore(TTLSweeper, BaseStore):
                 results[i] = await self._search(owner, op, refresh)
             else:
                 results[i] = await self._list(owner, op)
-        if refresh:
-            await arefresh(self.memory_store, owner, refresh)
         store = self.memory_store
+        if refresh:
+            if isinstance(store, Mem0Store):  # Mem0's own writes
+                await store.arefresh(owner, refresh)
+            else:
+                await arefresh(store, owner, refresh)
         puts: list[NewMemory] = []
         for w in writes.values():
             if w.content is None:

@@ -23,6 +23,7 @@ from ..memory.sync import blocking as run_blocking
 from .items import check_ttl_minutes
 
 if TYPE_CHECKING:
+    from ..memory.mem0 import Mem0Store
     from ..memory.store import MemoryStore
 
 __all__ = ["TTLSweeper", "check_ttl_config"]
@@ -61,7 +62,7 @@ def check_ttl_config(ttl: object) -> TTLConfig | None:
 class TTLSweeper:
     """The sweep of expired items, once or every few minutes in a thread."""
 
-    memory_store: MemoryStore
+    memory_store: MemoryStore | Mem0Store
     ttl_config: TTLConfig | None
 
     def __init__(self) -> None:

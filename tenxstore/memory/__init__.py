@@ -3,7 +3,8 @@
 :class:`MemoryStore` keeps each user's memories in the checkpointer's own database
 (tables ``memories`` and ``memory_versions``, made by the same migrations), versioned
 and sealed like every payload, with keyword search on the database's full-text engine.
-See docs/memory.md.
+:class:`~tenxstore.memory.mem0.Mem0Store` gives the same methods over Mem0 (the
+``mem0`` extra). See docs/memory.md.
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ from .validation import DEFAULT_NAMESPACE, MAX_CONTENT_BYTES, MAX_METADATA_BYTES
 
 if TYPE_CHECKING:
     from .bulk import NewMemory
+    from .mem0 import Mem0Store, local_mem0
     from .store import MemoryStore
 
 __all__ = [
     "DEFAULT_NAMESPACE",
     "MAX_CONTENT_BYTES",
     "MAX_METADATA_BYTES",
+    "Mem0Store",
     "MemoryStore",
     "NewMemory",
+    "local_mem0",
 ]
 
 
@@ -32,6 +36,10 @@ def __getattr__(name: str) -> Any:
         from .store import MemoryStore
 
         return MemoryStore
+    if name in ("Mem0Store", "local_mem0"):  # mem0 itself is imported only when used
+        from . import mem0
+
+        return getattr(mem0, name)
     if name == "NewMemory":
         from .bulk import NewMemory
 
