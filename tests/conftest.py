@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -32,6 +33,9 @@ BACKENDS = ["memory", *SQL_BACKENDS, *CACHED_BACKENDS]
 # Python 3.10 beside it (.ci/run).
 TEST_KEYS = tenxstore.KeyRing([("test-k1", bytes(range(32)))])
 _MODES = {"plain": ("",), "encrypted": ("+encrypted",), "both": ("", "+encrypted")}
+# Importing mem0 (the Mem0 suites, the docs' Mem0 sample) writes its config under
+# ~/.mem0: a directory of this run's instead.
+os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="tenxstore-mem0-"))
 _ENCRYPTION = os.environ.get("TENXSTORE_TEST_ENCRYPTION", "plain").strip() or "plain"
 if _ENCRYPTION not in _MODES:
     raise RuntimeError(

@@ -1,4 +1,5 @@
-"""TenxStore: a LangGraph ``BaseStore`` on :class:`~tenxstore.MemoryStore`.
+"""TenxStore: a LangGraph ``BaseStore`` on :class:`~tenxstore.MemoryStore` (or a
+:class:`~tenxstore.memory.Mem0Store`).
 
 ``graph.compile(checkpointer=..., store=TenxStore(MemoryStore(cp)))`` gives a graph
 long-term memory in the checkpointer's own database. Each item is one user's memory

@@ -84,11 +84,23 @@ class TTLSweeper:
         """Sweep every ``sweep_interval_minutes`` (else the TTL config's, else 5) in a
         daemon thread until :meth:`stop_ttl_sweeper` or the future is cancelled; a
         failed sweep is logged and the next one runs. Without a TTL config, nothing
-        runs (the future is done), as in LangGraph's stores."""
+        runs (the future is done), as in LangGraph's stores.
+
+        Raises:
+            ConfigError: The memories are a ``Mem0Store``'s, which cannot sweep (they
+                are hidden once expired all the same): a sweeper would fail forever.
+        """
+        from ..memory.mem0 import Mem0Store
+
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         if not self.ttl_config:
             future.set_result(None)
             return future
+        if isinstance(self.memory_store, Mem0Store):
+            raise ConfigError(
+                "a TenxStore over a Mem0Store has no TTL sweeper: Mem0 lists one user's "
+                "memories at a time; expired ones are never returned all the same"
+            )
         future.add_done_callback(lambda f: self._stop.set() if f.cancelled() else None)
         if self._sweeper is not None and self._sweeper.is_alive():
             return future  # one sweeper per store: this future can stop it

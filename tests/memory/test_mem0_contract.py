@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -21,7 +20,6 @@ import pytest
 
 # Before mem0 is imported: no usage events, and its ~/.mem0 kept out of the home.
 os.environ.setdefault("MEM0_TELEMETRY", "False")
-os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="tenxstore-mem0-"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tenxstore import (

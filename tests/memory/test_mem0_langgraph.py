@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, TypedDict
@@ -16,7 +15,6 @@ from typing import Any, TypedDict
 import pytest
 
 os.environ.setdefault("MEM0_TELEMETRY", "False")
-os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="tenxstore-mem0-"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from langgraph.checkpoint.memory import InMemorySaver
@@ -182,3 +180,7 @@ async def test_what_mem0_cannot_do_is_refused_by_name(mem0_store: Mem0Store) -> 
         await store.areembed()
     with pytest.raises(ConfigError, match="sweep"):
         await store.asweep_ttl()
+    timed = TenxStore(mem0_store, user_id="alice", ttl={"default_ttl": 1.0})
+    with pytest.raises(ConfigError, match="no TTL sweeper"):
+        timed.start_ttl_sweeper(1)  # not a thread that fails at every interval
+    assert timed.stop_ttl_sweeper()  # none was started

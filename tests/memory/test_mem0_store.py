@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ from typing import Any
 import pytest
 
 os.environ.setdefault("MEM0_TELEMETRY", "False")
-os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="tenxstore-mem0-"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tenxstore import AuthPolicy, ConfigError
