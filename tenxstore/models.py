@@ -332,7 +332,8 @@ class MemoryVersionRow(Base):
 class MemoryVectorRow(Base):
     """The vector of a memory's current content (:mod:`tenxstore.memory.vectors`):
     float32 little-endian bytes of ``dims`` numbers, by the embedding ``model_id``,
-    written in the memory's own write transaction (0011). Not sealed: see
+    written in the memory's own write transaction (0011), each write stamped
+    (``written``, 0012). Not sealed: see
     docs/memory.md. On PostgreSQL with pgvector, ``tenxstore memories enable-pgvector``
     adds a ``vector`` column ``embedding`` beside it (not declared here)."""
 
@@ -347,6 +348,9 @@ class MemoryVectorRow(Base):
     model_id: Mapped[str] = mapped_column(String(255), index=True)
     dims: Mapped[int]
     vector: Mapped[bytes] = mapped_column(LongBlob)
+    written: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    """A random stamp every write of the vector writes anew (0012): what tells a
+    cached matrix that a vector was rewritten at the same version and model."""
 
 
 class MemoryRevisionRow(Base):

@@ -37,6 +37,7 @@ role that may not make a missing one logs a warning and searches exactly.
 from __future__ import annotations
 
 import hashlib
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -182,11 +183,18 @@ class PgVector:
         ``executemany``."""
         await conn.execute(
             text(
-                f"INSERT INTO {self.table} (memory_id, model_id, dims, vector, embedding) "
-                f"VALUES (:i, :m, :d, :v, CAST(:e AS {self.vector_type()}))"
+                f"INSERT INTO {self.table} (memory_id, model_id, dims, vector, written, "
+                f"embedding) VALUES (:i, :m, :d, :v, :w, CAST(:e AS {self.vector_type()}))"
             ),
             [
-                {"i": i, "m": model_id, "d": len(floats), "v": vector, "e": _text(floats)}
+                {
+                    "i": i,
+                    "m": model_id,
+                    "d": len(floats),
+                    "v": vector,
+                    "w": secrets.randbits(62),
+                    "e": _text(floats),
+                }
                 for i, vector, floats in rows
             ],
         )

@@ -338,12 +338,13 @@ class _Statements:
         unchanged vector is then a HOT update, not a new entry in the HNSW index."""
         vt = self.vt
         blob = bindparam("b_vector", type_=vt.c.vector.type)
-        names = ["memory_id", "model_id", "dims", "vector"]
+        names = ["memory_id", "model_id", "dims", "vector", "written"]
         values: list[Any] = [
             written.c.id,
             bindparam("b_model", type_=vt.c.model_id.type),
             bindparam("b_dims", type_=vt.c.dims.type),
             blob,
+            bindparam("b_revision", type_=vt.c.written.type),  # a random stamp
         ]
         ours = vt.c.memory_id == _one(written.c.id)
         if vector_type is not None:

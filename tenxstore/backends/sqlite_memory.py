@@ -173,6 +173,7 @@ def _their_statements(tables: Tables) -> dict[str, Any]:
         model_id=bindparam("b_model", type_=vt.c.model_id.type),
         dims=bindparam("b_dims", type_=vt.c.dims.type),
         vector=bindparam("b_vector", type_=vt.c.vector.type),
+        written=bindparam("b_revision", type_=vt.c.written.type),  # a random stamp
     )
     upto = bindparam("b_upto", type_=v.c.version.type)
     return {
@@ -184,7 +185,7 @@ def _their_statements(tables: Tables) -> dict[str, Any]:
         ),
         "vector": vector.on_conflict_do_update(
             index_elements=["memory_id"],
-            set_={c: vector.excluded[c] for c in ("model_id", "dims", "vector")},
+            set_={c: vector.excluded[c] for c in ("model_id", "dims", "vector", "written")},
         ),
         "drop": delete(vt).where(vt.c.memory_id == memory_id),
     }

@@ -3,15 +3,17 @@ a bounded LRU cache and brought up to date after a write by reading only what th
 write changed.
 
 A matrix holds the vectors of one (user, namespace prefix) and one model: their
-memory ids, unit rows (cosine similarity is one matrix-vector product), expiries, and
-a stamp of each memory's life and version (its ``uid`` and ``version``: a memory
-stored again after a delete has another ``uid``, even where SQLite reuses its id).
-It is used only at the revisions of ``memory_revisions`` it was read at (see
-:mod:`tenxstore.memory.vectors`). When they moved, the search reads, in the same
-snapshot, every live memory of the scope's id, ``uid``, version and expiry — no
-vector — and then the vectors of only those memories that are new or of another
-version: a write to one memory of 10,000 reads one vector, not 10,000. The rows of
-memories that are gone are dropped; every row's expiry is the one just read.
+memory ids, unit rows (cosine similarity is one matrix-vector product), expiries,
+and a stamp of each memory's life and version and of its vector's write (its ``uid``
+and ``version``: a memory stored again after a delete has another ``uid``, even
+where SQLite reuses its id; the vector's ``written``, a random number each write of
+it writes anew: a vector written again at the same version, as ``areembed`` does, is
+read again). It is used only at the revisions of ``memory_revisions`` it was read at
+(see :mod:`tenxstore.memory.vectors`). When they moved, the search reads, in the
+same snapshot, every live memory of the scope's id and stamp — no vector — and then
+the vectors of only those memories that are new or of another version: a write to
+one memory of 10,000 reads one vector, not 10,000. The rows of memories that are
+gone are dropped; every row's expiry is the one just read.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def epoch(when: datetime | None) -> float:
 
 class Matrix:
     """The vectors of one scope at one set of revisions: ids, unit rows, expiries,
-    and each memory's stamp (of its ``uid`` and version), all in id order."""
+    and each memory's stamp (its ``uid``, version and vector's ``written``), in id order."""
 
     __slots__ = ("expires", "ids", "rows", "size", "stamps")
 
@@ -191,10 +193,18 @@ async def read_matrix(
 
 def _stamp(vectors: Vectors) -> Any:
     """A row's stamp, in SQL: its memory's ``uid``, version and expiry and its
-    vector's model and dims in one string (a cheap column to read for every row)."""
+    vector's model, dims and ``written`` in one string (a cheap column to read for
+    every row)."""
     m, t = vectors.rows.m, vectors.t
     expires = func.coalesce(cast(m.c.expires_at, String), literal(""))
-    parts = [m.c.uid, cast(m.c.version, String), t.c.model_id, cast(t.c.dims, String), expires]
+    parts = [
+        m.c.uid,
+        cast(m.c.version, String),
+        t.c.model_id,
+        cast(t.c.dims, String),
+        cast(t.c.written, String),
+        expires,
+    ]
     joined = parts[0]
     for part in parts[1:]:
         joined = joined + literal("|") + part

@@ -23,6 +23,7 @@ search.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections import namedtuple
 from collections.abc import Sequence
 from datetime import datetime
@@ -191,23 +192,12 @@ class Vectors:
         """The memory's vector is ``vector`` (its old one replaced)."""
         t = self.t
         await conn.execute(delete(t).where(t.c.memory_id == memory_id))
-        if self.pg is not None:  # with pgvector's column, in the insert
-            floats = numpy().frombuffer(vector, dtype="<f4").tolist()
-            await self.pg.insert(conn, memory_id, self.model_id, vector, floats)
-            return
-        await conn.execute(
-            insert(t),
-            {
-                "memory_id": memory_id,
-                "model_id": self.model_id,
-                "dims": self.dims,
-                "vector": vector,
-            },
-        )
+        await self.write_new(conn, [(memory_id, vector)])
 
     async def write_new(self, conn: AsyncConnection, pairs: Sequence[tuple[int, bytes]]) -> None:
         """The vectors of memories just made (none to replace): ``(memory_id, vector)``
-        pairs in one ``executemany``."""
+        pairs in one ``executemany``, each stamped ``written`` anew (see
+        :mod:`tenxstore.memory.matrix`)."""
         if self.pg is not None:  # with the column, in the same insert (see PgVector.insert)
             np = numpy()
             rows = [(i, v, np.frombuffer(v, dtype="<f4").tolist()) for i, v in pairs]
@@ -216,7 +206,13 @@ class Vectors:
         await conn.execute(
             insert(self.t),
             [
-                {"memory_id": i, "model_id": self.model_id, "dims": self.dims, "vector": v}
+                {
+                    "memory_id": i,
+                    "model_id": self.model_id,
+                    "dims": self.dims,
+                    "vector": v,
+                    "written": secrets.randbits(62),
+                }
                 for i, v in pairs
             ],
         )

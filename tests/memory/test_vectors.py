@@ -316,6 +316,36 @@ async def test_a_write_refreshes_the_cached_matrix_by_what_it_changed(vstore: Me
     assert "tea" not in [k for k, _ in await refreshed_like_whole("green tea", 0)][:1]
 
 
+async def test_a_vector_written_again_at_the_same_version_is_read_again(
+    store_backend: Backend,
+) -> None:
+    """A cached matrix is never left holding a vector that was rewritten without a new
+    version of its memory: back to a model with another ``text_of``, or given again to
+    memories whose vector was deleted (``missing=True``)."""
+    cp = await store_backend.make()
+    store = MemoryStore(cp, embedding=HashingEmbedding())
+    await _fill(store)
+
+    async def top(query: str) -> str:
+        return (await store.asearch("alice", query, limit=1, mode="vector"))[0].memory.key
+
+    assert await top("espresso") == "coffee"  # the scope's matrix, cached
+    topics = {"coffee": "Lisbon trams", "city": "espresso beans"}
+    await store.areembed(HashingEmbedding(model_id="elsewhere"))
+    assert await store.areembed(text_of=lambda m: topics.get(m.key, m.content)) == len(FACTS)
+    assert await top("espresso") == "city"  # the same versions and model, new vectors
+    assert await top("trams") == "coffee"
+    # a vector deleted, then given again: a search in between would drop its row, but
+    # none ran — the matrix still holds the first vector of the same version
+    assert await store.areembed(HashingEmbedding(model_id="elsewhere")) == len(FACTS)
+    assert await store.areembed(text_of=lambda m: None) == 0  # deleted, none written
+    assert await store.areembed(missing=True) == len(FACTS)
+    assert await top("espresso") == "coffee"
+    CACHE.clear()
+    assert await top("espresso") == "coffee"
+    await store.aclose()
+
+
 _CHILD = """
 import asyncio, sys
 sys.path.insert(0, {root!r})
