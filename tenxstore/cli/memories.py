@@ -256,6 +256,50 @@ async def reembed(
     )
 
 
+@app.command()
+@command
+async def reindex(
+    url: Url = DEFAULT_URL,
+    schema: Schema = None,
+    qdrant_path: Annotated[
+        str | None, typer.Option(help="Qdrant's local mode: its directory.")
+    ] = None,
+    qdrant_url: Annotated[str | None, typer.Option(help="A Qdrant server.")] = None,
+    qdrant_api_key: Annotated[
+        str | None,
+        typer.Option(help="The server's API key.", envvar="TENXSTORE_QDRANT_API_KEY"),
+    ] = None,
+    collection: Annotated[
+        str, typer.Option(help="The collection of the points.")
+    ] = "tenxstore_memories",
+    embedding: Annotated[
+        str,
+        typer.Option(help="The application's embedding as module:attribute (its model and dims)."),
+    ] = "tenxstore.embeddings:LocalEmbedding",
+    dims: Annotated[int | None, typer.Option(help="Its vectors' length.")] = None,
+    model_id: Annotated[str | None, typer.Option(help="Its model id.")] = None,
+    batch_size: Annotated[
+        int, typer.Option(help="Memories copied per round (1 to 5000).", min=1, max=5000)
+    ] = 500,
+) -> None:
+    """Rebuild the Qdrant collection of the memories' vectors from the database (the
+    stored vectors of the embedding's model: nothing is embedded), deleting the
+    points of memories gone; safe while the application runs."""
+    from ..memory.qdrant import QdrantIndex
+
+    if (qdrant_path is None) == (qdrant_url is None):
+        fail("give --qdrant-path (local mode) or --qdrant-url (a server), one of them")
+    chosen = _embedding(embedding, dims, model_id)
+    index = QdrantIndex(qdrant_path, url=qdrant_url, api_key=qdrant_api_key, collection=collection)
+    repo = repository(url, schema, reads_only=True)
+    async with repo, MemoryStore(repo, embedding=chosen, vector_index=index) as store:
+        done = await store.areindex(batch_size=batch_size)
+    out.print(
+        f"{done} point(s) written to Qdrant collection {collection!r} "
+        f"({chosen.model_id!r}, {chosen.dims} dims)"
+    )
+
+
 @app.command("enable-pgvector")
 @command
 async def enable_pgvector(url: Url = DEFAULT_URL, schema: Schema = None) -> None:

@@ -4,7 +4,9 @@
 (tables ``memories`` and ``memory_versions``, made by the same migrations), versioned
 and sealed like every payload, with keyword search on the database's full-text engine.
 :class:`~tenxstore.memory.mem0.Mem0Store` gives the same methods over Mem0 (the
-``mem0`` extra). See docs/memory.md.
+``mem0`` extra). :class:`~tenxstore.memory.qdrant.QdrantIndex` (the ``qdrant`` extra)
+puts the vectors in Qdrant as well, searched instead of the database's own index.
+See docs/memory.md.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from .validation import DEFAULT_NAMESPACE, MAX_CONTENT_BYTES, MAX_METADATA_BYTES
 if TYPE_CHECKING:
     from .bulk import NewMemory
     from .mem0 import Mem0Store, local_mem0
+    from .qdrant import QdrantIndex
     from .store import MemoryStore
 
 __all__ = [
@@ -25,6 +28,7 @@ __all__ = [
     "Mem0Store",
     "MemoryStore",
     "NewMemory",
+    "QdrantIndex",
     "local_mem0",
 ]
 
@@ -40,6 +44,10 @@ def __getattr__(name: str) -> Any:
         from . import mem0
 
         return getattr(mem0, name)
+    if name == "QdrantIndex":  # qdrant_client itself is imported only when used
+        from .qdrant import QdrantIndex
+
+        return QdrantIndex
     if name == "NewMemory":
         from .bulk import NewMemory
 

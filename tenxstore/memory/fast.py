@@ -98,7 +98,8 @@ async def put(
     found no memory is tried as a new one; anything else is the locked path's.
     """
     one = store.fast
-    if one is None or not one.available:
+    # with a vector index, the locked path: it reports the revision it moved from
+    if one is None or not one.available or store.vector_index is not None:
         return None
     await store.base.ensure_writable()  # refused before any write, as the locked path is
     put_for = _prepared(store, owner, ns, name, new, blob)

@@ -19,7 +19,7 @@ from sqlalchemy import and_, select
 
 from ..embeddings import Embedding
 from ..types import Memory, MemoryHit
-from . import search
+from . import indexing, search
 from .vectors import Vectors
 
 if TYPE_CHECKING:
@@ -102,6 +102,10 @@ async def _candidates(
     now = base.now()
     scope = store.rows.scope(users, ns, now) if words or not vectors.indexed else []
     ranked = search.ranked(base.backend.keywords, m, words, scope).limit(count) if words else None
+    if store.vector_index is not None:  # Qdrant's, unless the database's must answer
+        indexed = await indexing.candidates(store, users, ns, query, ranked, count, now)
+        if indexed is not None:
+            return indexed
     if vectors.indexed:
         found = await vectors.search_indexed(users, ns, query, count, now, ranked)
         if found.right:

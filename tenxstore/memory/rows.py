@@ -15,6 +15,7 @@ from __future__ import annotations
 import secrets
 import uuid
 from collections.abc import Sequence
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
@@ -28,7 +29,14 @@ from ..store import Store
 from ..types import Memory
 from .validation import split
 
-__all__ = ["MemoryRows", "Written"]
+__all__ = ["BUMPED", "MemoryRows", "Written"]
+
+BUMPED: ContextVar[dict[tuple[str, str], tuple[int | None, int]] | None] = ContextVar(
+    "tenxstore_memory_bumped", default=None
+)
+"""Set by a write that a vector index follows (:mod:`.indexing`): each (user,
+namespace) its transaction bumped, with the revision before it (read under the
+revision's lock; None: a new scope) and the one written."""
 
 
 class Written:
@@ -138,12 +146,21 @@ class MemoryRows:
         a random 62-bit stamp, not a counter: a table emptied or restored from a
         backup and written again never repeats the revision a matrix was built at."""
         r = self.r
+        noted = BUMPED.get()
         for user_id, namespace in sorted(set(scopes), key=lambda s: (str(s[0]), s[1])):
             stamp = secrets.randbits(62)
             await conn.execute(
                 self.insert_revision,
                 {"user_id": user_id, "namespace": namespace, "revision": stamp},
             )
+            if noted is not None:  # the revision this write moves from, under its lock
+                here = (r.c.user_id == user_id, r.c.namespace == namespace)
+                was = (
+                    await conn.execute(select(r.c.revision).where(*here).with_for_update())
+                ).scalar()
+                scope = (str(user_id), namespace)
+                before = noted[scope][0] if scope in noted else None if was == stamp else was
+                noted[scope] = (before, stamp)
             await conn.execute(
                 sql_update(r)
                 .where(r.c.user_id == user_id, r.c.namespace == namespace)

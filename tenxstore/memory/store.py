@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import select
 
@@ -26,7 +26,7 @@ from ..store import Store
 from ..telemetry import traced
 from ..types import AuthPolicy, Memory, MemoryHit
 from ..validate import check_count, is_int
-from . import bulk, fast, hybrid, keyword, writes
+from . import bulk, fast, hybrid, indexing, keyword, writes
 from .bulk import NewMemory
 from .lifecycle import MemoryLifecycle, check_batch_size
 from .opening import check_options, open_repository
@@ -48,13 +48,16 @@ from .validation import (
 )
 from .vectors import Vectors
 
+if TYPE_CHECKING:
+    from .qdrant import QdrantIndex
+
 __all__ = ["MemoryStore"]
 
 Mode = Literal["hybrid", "vector", "keyword"]
 _MODES = ("hybrid", "vector", "keyword")
 
 
-class MemoryStore(SyncTwins):
+class MemoryStore(SyncTwins, indexing.Reindexing):
     """Long-term memories, scoped to a user like threads, on a tenxstore database.
 
     Args:
@@ -79,6 +82,10 @@ class MemoryStore(SyncTwins):
         keyword_index: Keep the keyword index (the words of each memory, in clear,
             beside its sealed content: see docs/memory.md). False: no index is kept and
             :meth:`asearch` raises ``ConfigError``.
+        vector_index: A :class:`~tenxstore.memory.QdrantIndex` holding a copy of the
+            vectors (needs ``embedding``): searched instead of the database's own
+            index, which answers when Qdrant is down (docs/memory.md). Closed with the
+            store.
         **repository_options: Other :class:`~tenxstore.CheckpointRepository` arguments
             for a URL (``engine_options``, ``lock_timeout``, ``pool_mode``,
             ``user_id_type``...).
@@ -98,9 +105,12 @@ class MemoryStore(SyncTwins):
         enforce_user_isolation: bool | None = None,
         memory_history_limit: int = 20,
         keyword_index: bool = True,
+        vector_index: QdrantIndex | None = None,
         **repository_options: Any,
     ) -> None:
         self.embedding: Embedding | None = None if embedding is None else as_embedding(embedding)
+        self.vector_index = indexing.check_index(vector_index, self.embedding)
+        """The :class:`~tenxstore.memory.QdrantIndex` searched, or None."""
         self.keyword_index = check_options(
             memory_history_limit, keyword_index, enforce_user_isolation
         )
@@ -158,6 +168,8 @@ class MemoryStore(SyncTwins):
         await self.repository.asetup()
         if self.vectors is not None:
             await self.vectors.check_model()
+        if self.vector_index is not None:
+            await indexing.setup(self)
 
     def setup(self) -> None:
         """Synchronous :meth:`asetup`, with or without a running event loop."""
@@ -166,10 +178,14 @@ class MemoryStore(SyncTwins):
             from .sync import blocking
 
             blocking(self.vectors.check_model(), "asetup")
+        if self.vector_index is not None:
+            blocking(indexing.setup(self), "asetup")
 
     async def aclose(self) -> None:
         """Close the connections, if the store opened them (one made from a
-        checkpointer leaves it open)."""
+        checkpointer leaves it open), and the vector index's client if it made it."""
+        if self.vector_index is not None:
+            await self.vector_index.aclose()
         if self._owns:
             await self.repository.aclose()
 
@@ -252,7 +268,8 @@ class MemoryStore(SyncTwins):
         # the caller's text, as areembed and TenxStore embed it (new.content is its
         # stored, JSON-encoded form)
         blob = await writes.vector(self, content, embed)
-        return await writes.retried(lambda: writes.put(self, owner, ns, name, new, blob))
+        put = lambda: writes.put(self, owner, ns, name, new, blob)  # noqa: E731
+        return await indexing.written(self, owner, [(ns, name)], put)
 
     @traced(write=True, prefix="memory.")
     async def astore_many(
@@ -290,7 +307,8 @@ class MemoryStore(SyncTwins):
         items = await bulk.prepared(self, memories, bulk.check_batch(embed_batch_size))
         if not items:
             return []
-        return await writes.retried(lambda: bulk.store_many(self, owner, items, size))
+        many = lambda: bulk.store_many(self, owner, items, size)  # noqa: E731
+        return await indexing.written(self, owner, [(i.ns, i.key) for i in items], many)
 
     @traced(prefix="memory.")
     async def aget(
@@ -356,8 +374,11 @@ class MemoryStore(SyncTwins):
         if embed is None and content is not None and self.vectors is not None:
             embed = await writes.has_vector(self, owner, ns, name)
         blob = await writes.vector(self, content, True if embed is None else embed)
-        return await writes.retried(
-            lambda: writes.update(self, owner, ns, name, new, blob, expected_version)
+        return await indexing.written(
+            self,
+            owner,
+            [(ns, name)],
+            lambda: writes.update(self, owner, ns, name, new, blob, expected_version),
         )
 
     @traced(write=True, prefix="memory.")
@@ -373,7 +394,8 @@ class MemoryStore(SyncTwins):
         is deleted too, and was already gone)."""
         owner = self._owner(user_id, auth_policy)
         ns, name = check_namespace(namespace), check_key(key)
-        return await writes.retried(lambda: writes.delete(self, owner, ns, name))
+        gone = lambda: writes.delete(self, owner, ns, name)  # noqa: E731
+        return await indexing.written(self, owner, [(ns, name)], gone)
 
     @traced(prefix="memory.")
     async def ahistory(
