@@ -161,6 +161,7 @@ async def _rows(
         m.c.version,
         m.c.expires_at,
         vt.c.vector,
+        vt.c.written,
     ).select_from(m.outerjoin(vt, model))
     stmt = stmt.where(*where)
     if first is not None:
@@ -178,7 +179,7 @@ def _point(index: QdrantIndex, row: Any) -> Point:
         namespace=row.namespace,
         key=row.memory_key,
         memory_id=int(row.id),
-        rev=rev_of(row.uid, row.version, index.model_id),
+        rev=rev_of(row.uid, row.version, index.model_id, row.written),
         expires_at=None if expires == float("inf") else expires,
         vector=numpy().frombuffer(row.vector, dtype="<f4").tolist(),
     )
@@ -233,7 +234,7 @@ async def sync_scope(store: MemoryStore, index: QdrantIndex, user: Any, ns: str)
     async with store.base.snapshot() as conn:
         stamps = (
             await conn.execute(
-                select(m.c.id, m.c.memory_key, m.c.uid, m.c.version, m.c.expires_at)
+                select(m.c.id, m.c.memory_key, m.c.uid, m.c.version, m.c.expires_at, vt.c.written)
                 .select_from(m.join(vt, model))
                 .where(*store.rows.scope(user, ns, now, exact=True))
             )
@@ -246,7 +247,7 @@ async def sync_scope(store: MemoryStore, index: QdrantIndex, user: Any, ns: str)
     want = {
         point_id(user, ns, s.memory_key): (
             s.id,
-            rev_of(s.uid, s.version, index.model_id),
+            rev_of(s.uid, s.version, index.model_id, s.written),
             s.expires_at,
         )
         for s in stamps
@@ -386,7 +387,7 @@ async def _verified(
     async with store.base.snapshot() as conn:
         for start in range(0, len(ids), CHUNK):
             stmt = (
-                select(*m.c, vt.c.model_id)
+                select(*m.c, vt.c.model_id, vt.c.written)
                 .select_from(m.join(vt, vt.c.memory_id == m.c.id))
                 .where(m.c.id.in_(ids[start : start + CHUNK]), *store.rows.scope(users, ns, now))
             )
@@ -397,7 +398,7 @@ async def _verified(
     bad: set[tuple[Any, str]] = set()
     for memory_id, rev, cosine, user, namespace in hits:
         row = have.get(memory_id)
-        if row is None or rev != rev_of(row.uid, row.version, row.model_id):
+        if row is None or rev != rev_of(row.uid, row.version, row.model_id, row.written):
             bad.add((_typed(store, user), namespace))  # gone, expired, moved or rewritten
             continue
         near.append((memory_id, cosine))

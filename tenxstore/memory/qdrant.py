@@ -63,10 +63,11 @@ def marker_id(user: Any, namespace: str) -> str:
     return str(uuid.uuid5(_IDS, f"s\x1f{user}\x1f{namespace}"))
 
 
-def rev_of(uid: str, version: int, model_id: str) -> str:
-    """What a point's ``rev`` must be for the row it copies: its life, version and
-    vector model."""
-    return f"{uid}:{version}:{model_id}"
+def rev_of(uid: str, version: int, model_id: str, written: int) -> str:
+    """What a point's ``rev`` must be for the row it copies: its life, version, vector
+    model and the vector's write (``memory_vectors.written``: a vector written again at
+    the same version, as ``areembed`` does, is another ``rev``)."""
+    return f"{uid}:{version}:{model_id}:{written}"
 
 
 def ns_path(namespace: str) -> list[str]:

@@ -262,3 +262,18 @@ def test_import_tenxstore_leaves_qdrant_client_alone() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+async def test_a_vector_rewritten_at_the_same_version_is_searched_anew(
+    qstore: MemoryStore,
+) -> None:
+    """``areembed`` back to the index's model with another ``text_of`` rewrites every
+    vector at the same memory version: Qdrant's points are repaired, not trusted."""
+    await qstore.astore("alice", "Alice drinks a double espresso every morning", key="coffee")
+    await qstore.astore("alice", "Alice moved to Lisbon in the spring", key="city")
+    assert (await _keys(qstore, "alice", "espresso", mode="vector"))[0] == "coffee"
+    await qstore.areembed(HashingEmbedding(model_id="elsewhere"))
+    topics = {"coffee": "Lisbon trams", "city": "espresso beans"}
+    assert await qstore.areembed(text_of=lambda m: topics[m.key]) == 2
+    assert (await _keys(qstore, "alice", "espresso", mode="vector"))[0] == "city"
+    assert (await _keys(qstore, "alice", "trams", mode="vector"))[0] == "coffee"
