@@ -17,6 +17,9 @@ shuffled every round, and this process's CPU time is recorded beside wall time):
 * ``tenx-pg-exact``: the same on a schema without the vector column (exact search in
   numpy over the cached matrix);
 * ``tenx-sqlite``: ``MemoryStore`` on a SQLite file (exact, numpy);
+* ``tenx-qdrant``: ``MemoryStore`` on a SQLite file with ``QdrantIndex(path=...)``,
+  Qdrant's local mode (no server can run here; local mode keeps every point in
+  Python and scores them there, so it runs up to ``--qdrant-max``, 10k by default);
 * ``lg-postgres``: LangGraph's ``AsyncPostgresStore`` with an HNSW index;
 * ``lg-memory``: LangGraph's ``InMemoryStore`` (exact, in process);
 * ``floor``: put and get as ONE prepared statement each on a held asyncpg connection,
@@ -193,8 +196,22 @@ async def load_tenx(store: Any, data: Corpus) -> None:
             await store.astore_many(user, chunk, batch_size=500, embed_batch_size=500)
 
 
+def disk_bytes(file: Path, qdrant: Path | None) -> int:
+    """A SQLite file's bytes (with its journal), and a Qdrant local directory's."""
+    found = sum(p.stat().st_size for p in file.parent.glob(file.name + "*"))
+    if qdrant is not None:
+        found += sum(p.stat().st_size for p in qdrant.rglob("*") if p.is_file())
+    return found
+
+
 async def tenx_system(
-    name: str, url: str, data: Corpus, schema: str | None, pgvector: bool, file: Path | None = None
+    name: str,
+    url: str,
+    data: Corpus,
+    schema: str | None,
+    pgvector: bool,
+    file: Path | None = None,
+    qdrant: Path | None = None,
 ) -> System:
     from tenxstore import MemoryStore
 
@@ -207,7 +224,12 @@ async def tenx_system(
         await asyncio.to_thread(
             subprocess.run, [*command, "--url", url, "--schema", str(schema)], check=True
         )
-    store = MemoryStore(url, schema=schema, embedding=data.embedding)
+    index = None
+    if qdrant is not None:
+        from tenxstore.memory import QdrantIndex
+
+        index = QdrantIndex(path=str(qdrant))
+    store = MemoryStore(url, schema=schema, embedding=data.embedding, vector_index=index)
     await store.asetup()
     if not pgvector:
         await load_tenx(store, data)
@@ -225,7 +247,7 @@ async def tenx_system(
 
     async def size() -> int | None:
         if file is not None:
-            return sum(p.stat().st_size for p in file.parent.glob(file.name + "*"))
+            return disk_bytes(file, qdrant)
         assert schema is not None
         return await relation_bytes(url, schema, tables)
 
@@ -406,7 +428,9 @@ def embedding_cost() -> str:
     return f"{model.model_id}: {one:.1f} ms a query, {batch:.1f} ms a memory in batches of 64"
 
 
-async def run_size(base_url: str, size: int, ops: int, seed: int) -> list[System]:
+async def run_size(
+    base_url: str, size: int, ops: int, seed: int, qdrant_max: int = 10_000
+) -> list[System]:
     data = corpus(size, max(ops, 50), seed)
     name = f"bench_memory_{uuid.uuid4().hex[:8]}"
     admin = await asyncpg.connect(asyncpg_dsn(base_url))
@@ -428,6 +452,13 @@ async def run_size(base_url: str, size: int, ops: int, seed: int) -> list[System
         systems.append(
             await tenx_system("tenx-sqlite", f"sqlite:///{file}", data, None, False, file)
         )
+        if size <= qdrant_max:  # local mode holds and scores every point in Python
+            where = workdir / "qdrant.db"
+            systems.append(
+                await tenx_system(
+                    "tenx-qdrant", f"sqlite:///{where}", data, None, False, where, workdir / "q"
+                )
+            )
         systems.append(await lg_postgres(url, data))
         systems.append(await lg_memory(data))
         systems.append(await floor(url, data))
@@ -530,6 +561,12 @@ async def main() -> None:
     parser.add_argument("--sizes", default="1000,10000")
     parser.add_argument("--ops", type=int, default=200)
     parser.add_argument("--seed", type=int, default=5)
+    parser.add_argument(
+        "--qdrant-max",
+        type=int,
+        default=10_000,
+        help="largest size run with tenx-qdrant (Qdrant's local mode: every point in Python)",
+    )
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks-memory.md"))
     args = parser.parse_args()
     results: dict[int, list[System]] = {}
@@ -538,7 +575,7 @@ async def main() -> None:
     out = Path(args.out)
     for size in (int(s) for s in args.sizes.split(",")):
         print(f"size {size}")
-        results[size] = await run_size(PG_URL, size, args.ops, args.seed)
+        results[size] = await run_size(PG_URL, size, args.ops, args.seed, args.qdrant_max)
         text = report(results, args.ops, model, command)  # after each size: a long run
         out.write_text(text)  # noqa: ASYNC240 (between sizes)
         plot(results, out.with_name("benchmark-memory.png"))
