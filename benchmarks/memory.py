@@ -31,8 +31,9 @@ Both HNSW indexes are built after their store is loaded, in bulk (tenxstore's by
 ``tenxstore memories enable-pgvector``, the operator's step for a database that gains
 pgvector; LangGraph's by its own index DDL, dropped before the load and run again
 after it), with ``maintenance_work_mem`` 2GB; then the database is analyzed, as
-autovacuum would have done (planned without statistics, LangGraph's filtered search
-takes its HNSW index; with them, at these sizes, PostgreSQL scans exactly instead).
+autovacuum would have done. LangGraph's filtered search is then planned by those
+statistics: its HNSW index or an exact scan of the user's rows (a recall@10 of exactly
+1.000 on its row says it scanned; an earlier run at 10k did, at 52 ms a search).
 
 Each round is a put, a get and a search right after that write (a cached matrix is
 renewed: "search after a write"); then rounds of searches alone, as an agent's
