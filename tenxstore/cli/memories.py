@@ -281,6 +281,13 @@ async def reindex(
     batch_size: Annotated[
         int, typer.Option(help="Memories copied per round (1 to 5000).", min=1, max=5000)
     ] = 500,
+    recreate: Annotated[
+        bool,
+        typer.Option(
+            "--recreate",
+            help="Make the collection anew if it holds another model's vectors or dims.",
+        ),
+    ] = False,
 ) -> None:
     """Rebuild the Qdrant collection of the memories' vectors from the database (the
     stored vectors of the embedding's model: nothing is embedded), deleting the
@@ -293,7 +300,7 @@ async def reindex(
     index = QdrantIndex(qdrant_path, url=qdrant_url, api_key=qdrant_api_key, collection=collection)
     repo = repository(url, schema, reads_only=True)
     async with repo, MemoryStore(repo, embedding=chosen, vector_index=index) as store:
-        done = await store.areindex(batch_size=batch_size)
+        done = await store.areindex(batch_size=batch_size, recreate=recreate)
     out.print(
         f"{done} point(s) written to Qdrant collection {collection!r} "
         f"({chosen.model_id!r}, {chosen.dims} dims)"

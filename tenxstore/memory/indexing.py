@@ -3,11 +3,13 @@ what its writes send to the index after they commit, how a search is answered fr
 it, and how it is repaired from the database.
 
 The database is the source of truth. A write commits there first (with its vector in
-``memory_vectors``, as without an index); then its memories' points are written, and
-the marker of each (user, namespace) it bumped moves to the write's revision — only
-when the marker was at the revision the write moved from (read under the revision's
-lock in the write's transaction, :data:`~.rows.BUMPED`), so a marker never claims a
-write that Qdrant missed. A search reads the revisions of its scope from the
+``memory_vectors``, as without an index); then, under the lock of each (user,
+namespace)'s revision row, its memories' points are written as the database has them
+then, and the marker moves to the write's revision — only when it was at the
+revision the write moved from (read under that lock in the write's transaction,
+:data:`~.rows.BUMPED`) and the database is still at the write's. Every copy and
+repair runs under that lock, so none is overtaken by an older one, and a marker
+claims every live memory's point of its scope. A search reads the revisions of its scope from the
 database and the markers from Qdrant; a (user, namespace) whose marker is not its
 revision (a write Qdrant missed, or one of a sweep, a refreshed TTL, a reembed, an
 erasure, an import or a process without the index) is brought up to date first
@@ -20,11 +22,13 @@ own (exact, or pgvector's) and a write's copy a repair for later.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import String, and_, bindparam, func, or_, select, tuple_
+from sqlalchemy import String, and_, bindparam, func, or_, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import ConfigError
 from ..telemetry import traced
@@ -114,8 +118,8 @@ async def written(
         try:
             await _ready(store, index)
             await _push(store, index, owner, keys, noted)
-        except IndexUnavailable as exc:  # committed all the same: repaired on read
-            index.failed(exc, "a write")
+        except Exception as exc:  # committed all the same: repaired on read
+            index.failed(exc, "a write")  # (a collection of another model made meanwhile too)
     return result
 
 
@@ -126,30 +130,66 @@ async def _push(
     keys: Sequence[tuple[str, str]],
     noted: dict[tuple[str, str], tuple[int | None, int]],
 ) -> None:
-    """The memories' points as the database has them now, then the markers moved."""
-    wanted = sorted(set(keys))
-    found: list[Any] = []
-    for start in range(0, len(wanted), CHUNK):
-        chunk = wanted[start : start + CHUNK]
-        m = store.rows.m
-        found += await _rows(
-            store, index, m.c.user_id == owner, tuple_(m.c.namespace, m.c.memory_key).in_(chunk)
-        )
-    now = store.base.now().timestamp()
-    points = [_point(index, r) for r in found if r.vector is not None and epoch(r.expires_at) > now]
-    kept = {point_id(p.user, p.namespace, p.key) for p in points}
-    await index.upsert(points)
-    await index.delete([i for ns, k in wanted if (i := point_id(owner, ns, k)) not in kept])
-    for (user, ns), (before, after) in sorted(noted.items()):
-        if await index.marker(user, ns) == before:
-            await index.set_marker(user, ns, after)
+    """Each namespace's memories' points as the database has them now, under its
+    revision's lock (:func:`_scope_locked`), and its marker moved to the write's
+    revision only when it was at the one the write moved from and the database is
+    still at the write's (no other write of the scope since, whose copy may be
+    pending): a marker then claims every point of the scope."""
+    m = store.rows.m
+    by_ns: dict[str, set[str]] = {}
+    for ns, key in keys:
+        by_ns.setdefault(ns, set()).add(key)
+    for ns, wanted in sorted(by_ns.items()):
+        user = str(owner)
+        async with _scope_locked(store, owner, ns) as (conn, revision):
+            found: list[Any] = []
+            listed = sorted(wanted)
+            for start in range(0, len(listed), CHUNK):
+                chunk = listed[start : start + CHUNK]
+                found += await _rows(
+                    store,
+                    index,
+                    m.c.user_id == owner,
+                    m.c.namespace == ns,
+                    m.c.memory_key.in_(chunk),
+                    conn=conn,
+                )
+            now = store.base.now().timestamp()
+            live = [r for r in found if r.vector is not None and epoch(r.expires_at) > now]
+            points = [_point(index, r) for r in live]
+            kept = {point_id(p.user, p.namespace, p.key) for p in points}
+            await index.upsert(points)
+            await index.delete([i for k in listed if (i := point_id(owner, ns, k)) not in kept])
+            moved = noted.get((user, ns))
+            current = moved is not None and revision == moved[1]  # no write of it since
+            if moved is not None and current and await index.marker(user, ns) == moved[0]:
+                await index.set_marker(user, ns, moved[1])
+
+
+@asynccontextmanager
+async def _scope_locked(
+    store: MemoryStore, user: Any, ns: str
+) -> AsyncIterator[tuple[AsyncConnection, int | None]]:
+    """A transaction holding (user, namespace)'s revision row under its write lock
+    (SQLite: the database's), with that revision (None: the scope has none). Every
+    copy to the index and every marker moved happens inside one: a write of the scope
+    cannot commit meanwhile, so a copy is never overtaken by an older one, and what
+    it read is what the marker it sets claims."""
+    r = store.rows.r
+    lock = select(r.c.revision).where(r.c.user_id == user, r.c.namespace == ns).with_for_update()
+    async with store.base.write_rows(lock, {}, deletes_only=True) as (conn, found):
+        yield conn, None if found is None else int(found[0])
 
 
 async def _rows(
-    store: MemoryStore, index: QdrantIndex, *where: Any, first: int | None = None
+    store: MemoryStore,
+    index: QdrantIndex,
+    *where: Any,
+    first: int | None = None,
+    conn: AsyncConnection | None = None,
 ) -> list[Any]:
     """The memories ``where`` picks, with their vector of the index's model (or None);
-    ``first``: that many, in id order."""
+    ``first``: that many, in id order; read in ``conn`` (None: a read of its own)."""
     m, vt = store.rows.m, store.rows.vt
     model = and_(vt.c.memory_id == m.c.id, vt.c.model_id == index.model_id, vt.c.dims == index.dims)
     stmt = select(
@@ -166,6 +206,8 @@ async def _rows(
     stmt = stmt.where(*where)
     if first is not None:
         stmt = stmt.order_by(m.c.id).limit(first)
+    if conn is not None:
+        return list((await conn.execute(stmt)).all())
     return list(await store.base.read(stmt))
 
 
@@ -223,15 +265,24 @@ async def _in_sync(store: MemoryStore, index: QdrantIndex, users: Any, ns: str) 
 
 
 async def sync_scope(store: MemoryStore, index: QdrantIndex, user: Any, ns: str) -> int:
-    """Bring one (user, namespace)'s points to the database: read its live memories'
-    ids and stamps (no vector) and its revision in one snapshot, and Qdrant's points;
-    write the points that differ (their vectors read with their stamps), delete those
-    the database no longer has, and set the marker to that revision. How many points
-    were written."""
-    m, vt, r = store.rows.m, store.rows.vt, store.rows.r
+    """Bring one (user, namespace)'s points to the database, under its revision's lock
+    (:func:`_scope_locked`): Qdrant's points listed first, then the live memories' ids
+    and stamps (no vector) read; the points that differ written (their vectors read
+    with their stamps), those the database no longer has deleted (only those listed:
+    a point written since belongs to a write the database has), and the marker set to
+    the revision. How many points were written."""
+    return await _synced(store, index, user, ns, CHUNK)
+
+
+async def _synced(store: MemoryStore, index: QdrantIndex, user: Any, ns: str, chunk: int) -> int:
+    """:func:`sync_scope`, reading ``chunk`` vectors at a time."""
+    m, vt = store.rows.m, store.rows.vt
     now = store.base.now()
     model = and_(vt.c.memory_id == m.c.id, vt.c.model_id == index.model_id, vt.c.dims == index.dims)
-    async with store.base.snapshot() as conn:
+    assert index.model_id is not None
+    written = 0
+    async with _scope_locked(store, user, ns) as (conn, revision):
+        have = await index.points(user, ns)
         stamps = (
             await conn.execute(
                 select(m.c.id, m.c.memory_key, m.c.uid, m.c.version, m.c.expires_at, vt.c.written)
@@ -239,38 +290,33 @@ async def sync_scope(store: MemoryStore, index: QdrantIndex, user: Any, ns: str)
                 .where(*store.rows.scope(user, ns, now, exact=True))
             )
         ).all()
-        found = (
-            await conn.execute(select(r.c.revision).where(r.c.user_id == user, r.c.namespace == ns))
-        ).scalar()
-    assert index.model_id is not None
-    have = await index.points(user, ns)
-    want = {
-        point_id(user, ns, s.memory_key): (
-            s.id,
-            rev_of(s.uid, s.version, index.model_id, s.written),
-            s.expires_at,
-        )
-        for s in stamps
-    }
-    redo = []
-    for ident, (memory_id, rev, expires) in want.items():
-        held = have.get(ident)
-        at = epoch(expires)
-        if held is None or held != (rev, None if at == float("inf") else at):
-            redo.append(memory_id)
-    written = 0
-    for start in range(0, len(redo), CHUNK):
-        rows = await _rows(
-            store,
-            index,
-            m.c.id.in_(redo[start : start + CHUNK]),
-            *store.rows.scope(user, ns, now, exact=True),
-        )
-        points = [_point(index, row) for row in rows if row.vector is not None]
-        await index.upsert(points)
-        written += len(points)
-    await index.delete([i for i in have if i not in want])
-    await index.set_marker(str(user), ns, None if found is None else int(found))
+        want = {
+            point_id(user, ns, s.memory_key): (
+                s.id,
+                rev_of(s.uid, s.version, index.model_id, s.written),
+                s.expires_at,
+            )
+            for s in stamps
+        }
+        redo = []
+        for ident, (memory_id, rev, expires) in want.items():
+            held = have.get(ident)
+            at = epoch(expires)
+            if held is None or held != (rev, None if at == float("inf") else at):
+                redo.append(memory_id)
+        for start in range(0, len(redo), chunk):
+            rows = await _rows(
+                store,
+                index,
+                m.c.id.in_(redo[start : start + chunk]),
+                *store.rows.scope(user, ns, now, exact=True),
+                conn=conn,
+            )
+            points = [_point(index, row) for row in rows if row.vector is not None]
+            await index.upsert(points)
+            written += len(points)
+        await index.delete([i for i in have if i not in want])
+        await index.set_marker(str(user), ns, revision)
     return written
 
 
@@ -279,58 +325,57 @@ class Reindexing:
     :class:`~tenxstore.MemoryStore` (kept here: the store's module is long enough)."""
 
     @traced(write=True, prefix="memory.")
-    async def areindex(self, *, batch_size: int = 500) -> int:
-        """Rebuild the vector index from the database: every live memory's stored
-        vector of the store's model copied, ``batch_size`` a round (the collection
-        made anew if it holds another model's or dims), the points of memories the
-        database no longer has deleted (an erased user's among them). Memories
-        without a vector stay without one (``areembed(missing=True)`` gives them
-        one). Safe while the application runs.
+    async def areindex(self, *, batch_size: int = 500, recreate: bool = False) -> int:
+        """Rebuild the vector index from the database: every live memory's point
+        brought to its stored vector of the store's model (those missing or
+        different written), ``batch_size`` a round, each (user,
+        namespace) under its revision's lock (a write of it waits meanwhile), the
+        points of memories the database no longer has deleted (an erased user's among
+        them). Memories without a vector stay without one (``areembed(missing=True)``
+        gives them one). Safe while the application runs.
+
+        Args:
+            batch_size: Vectors read at a time (1 to 5000).
+            recreate: Make the collection anew when it holds another model's vectors
+                or dims (the application searching it then falls back to the
+                database's index until it is reindexed with its own model).
 
         Returns:
             How many points were written.
 
         Raises:
-            ConfigError: No vector index, or a bad ``batch_size`` (1 to 5000).
+            ConfigError: No vector index, a bad ``batch_size``, or a collection of
+                another model or dims without ``recreate``.
         """
         store: MemoryStore = self  # type: ignore[assignment]  # mixed into MemoryStore
-        return await reindex(store, check_batch_size(batch_size))
+        return await reindex(store, check_batch_size(batch_size), recreate)
 
-    def reindex(self, *, batch_size: int = 500) -> int:
+    def reindex(self, *, batch_size: int = 500, recreate: bool = False) -> int:
         """Synchronous :meth:`areindex`."""
         from .sync import blocking
 
-        return blocking(self.areindex(batch_size=batch_size), "areindex")
+        return blocking(self.areindex(batch_size=batch_size, recreate=recreate), "areindex")
 
 
-async def reindex(store: MemoryStore, batch_size: int) -> int:
-    """``areindex``: every live memory with a vector of the store's model copied to
-    the index, ``batch_size`` a round (the collection made anew if it is of another
-    model or dims), the points of memories the database no longer has deleted, and
-    every marker set to the revision read before the copy began (a write meanwhile
-    leaves its scope to be repaired on read); how many points were written."""
+async def reindex(store: MemoryStore, batch_size: int, recreate: bool = False) -> int:
+    """``areindex``: the collection made anew if it is of another model or dims, then
+    every (user, namespace) of the database brought to it by :func:`sync_scope` (under
+    its revision's lock: a write meanwhile waits, and is copied after), and the points
+    listed before the database was read whose memory it no longer has deleted (an
+    erased user's among them); how many points were written. ``batch_size`` bounds
+    the vectors read at a time."""
     index = store.vector_index
     if index is None:
         raise ConfigError("reindex needs a vector index: MemoryStore(..., vector_index=...)")
-    base, m = store.base, store.rows.m
-    await index.ensure(await base.ensure_ready(), recreate=True)
+    await index.ensure(await store.base.ensure_ready(), recreate=recreate)
     revisions = await _revisions(store, None, None)
-    done, after = 0, 0
-    kept: set[str] = set()
-    while True:
-        live = store.rows.live(base.now())
-        rows = await _rows(store, index, m.c.id > after, live, first=batch_size)
-        if not rows:
-            break
-        after = rows[-1].id
-        points = [_point(index, row) for row in rows if row.vector is not None]
-        await index.upsert(points)
-        kept.update(point_id(p.user, p.namespace, p.key) for p in points)
-        done += len(points)
-    await index.delete([i for i in await index.points(None, None) if i not in kept])
-    for (user, ns), (_, rev) in revisions.items():
-        await index.set_marker(user, ns, rev)
-    await index.drop_markers(revisions)
+    scopes = {scope: user for scope, (user, _) in revisions.items()}
+    for user, ns in await index.scopes():  # points the database may no longer have
+        scopes.setdefault((user, ns), _typed(store, user))
+    done = 0
+    for (_, ns), user in sorted(scopes.items(), key=lambda kv: kv[0]):
+        done += await _synced(store, index, user, ns, batch_size)
+    await index.drop_markers(revisions)  # a scope written meanwhile: repaired on read
     return done
 
 
@@ -363,7 +408,7 @@ async def candidates(
                 return near, by_words, have
             for user, namespace in sorted(bad):
                 await sync_scope(store, index, user, namespace)
-    except IndexUnavailable as exc:
+    except (IndexUnavailable, ConfigError) as exc:  # ConfigError: another model's now
         index.failed(exc, "a search")
     return None
 

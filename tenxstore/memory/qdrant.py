@@ -24,6 +24,7 @@ searching the database's own index. The client is ``qdrant_client``'s
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -54,13 +55,14 @@ class IndexUnavailable(TenxStoreError, ConnectionError):
 
 
 def point_id(user: Any, namespace: str, key: str) -> str:
-    """The point of a memory: a UUID of its user, namespace and key."""
-    return str(uuid.uuid5(_IDS, f"m\x1f{user}\x1f{namespace}\x1f{key}"))
+    """The point of a memory: a UUID of its user, namespace and key (as one JSON
+    array: no two of them make the same text, whatever characters they hold)."""
+    return str(uuid.uuid5(_IDS, json.dumps(["m", str(user), namespace, key])))
 
 
 def marker_id(user: Any, namespace: str) -> str:
     """The marker of a (user, namespace)."""
-    return str(uuid.uuid5(_IDS, f"s\x1f{user}\x1f{namespace}"))
+    return str(uuid.uuid5(_IDS, json.dumps(["s", str(user), namespace])))
 
 
 def rev_of(uid: str, version: int, model_id: str, written: int) -> str:
@@ -376,6 +378,11 @@ class QdrantIndex:
         await self.call(
             "write a marker", lambda: self.client.upsert(self.markers_collection, [point])
         )
+
+    async def scopes(self) -> set[tuple[str, str]]:
+        """The (user, namespace) of every point."""
+        found = await self._scroll(self.collection, None, ["user", "namespace"])
+        return {(str(p.payload["user"]), str(p.payload["namespace"])) for p in found if p.payload}
 
     async def drop_markers(self, keep: Iterable[tuple[str, str]]) -> int:
         """Delete the markers of every (user, namespace) but ``keep``; how many."""

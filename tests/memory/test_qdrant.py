@@ -236,7 +236,9 @@ async def test_model_mismatch_and_arguments(db: Backend, tmp_path: Path) -> None
     try:
         with pytest.raises(ConfigError, match="Qdrant collection 'tenxstore_memories' holds"):
             await other.asetup()
-        assert await other.areindex() == 1  # made anew for the new model
+        with pytest.raises(ConfigError, match="holds vectors of"):
+            await other.areindex()  # another model's collection: never remade unasked
+        assert await other.areindex(recreate=True) == 1  # made anew for the new model
         assert await _keys(other, "alice", "vegetarians", mode="vector") == ["diet"]
     finally:
         await other.aclose()

@@ -55,7 +55,8 @@ def test_reindex(db: list[str], tmp_path: Path) -> None:
     asyncio.run(forget())
     done = invoke("memories", "reindex", "--qdrant-path", path, "--embedding", SPEC, *db)
     assert done.exit_code == 0, done.output
-    assert "3 point(s) written to Qdrant collection 'tenxstore_memories'" in done.output
+    # the three points already right are kept (none written), the orphan deleted
+    assert "0 point(s) written to Qdrant collection 'tenxstore_memories'" in done.output
     assert _points(path) == 3
     fresh = str(tmp_path / "fresh")
     other = invoke(

@@ -155,31 +155,27 @@ async def test_point_id_collision_loses_a_memory_from_search(db: Backend, tmp_pa
 async def test_two_writers_of_one_key_leave_a_live_memory_unfindable(
     db: Backend, tmp_path: Path, clock: Clock
 ) -> None:
-    """Writer A (v2, ttl=60) reads its rows, B (v3, no ttl) commits and upserts, A's
-    stale upsert lands, A moves the marker R1->R2, then B moves it R2->R3. The marker
-    equals the database's revision, the point is v2's (expiring). After the TTL the
-    live memory is filtered out IN Qdrant: never a candidate, so never verified nor
-    repaired; vector search misses it permanently (a search does not heal it)."""
+    """Writer A (v2, ttl=60) has committed and is copying its point, B (v3, no ttl)
+    writes the same memory. Were A's older point to land over B's and the marker to
+    end at the database's revision, the live memory would be filtered out IN Qdrant
+    after the TTL: never a candidate, never repaired. A copies under the scope's
+    revision lock, so B commits after A's copy, and its own copy is the last."""
     index = Gated(path=str(tmp_path / "q"), retry_after=0)
     store = await _store(db, index)
     plain = await _store(db, None)
     try:
         await store.astore("alice", "Alice is a vegetarian", key="diet")
         a_gate = index.hold("A", "upsert")
-        b_gate = index.hold("B", "marker")
         a = asyncio.create_task(
             store.astore("alice", "Alice is a vegetarian", key="diet", ttl=60), name="A"
         )
-        await index.arrived[("A", "upsert")].wait()  # A read v2's row, not yet written
+        await index.arrived[("A", "upsert")].wait()  # A committed v2, copying it
         b = asyncio.create_task(
             store.astore("alice", "Alice is a vegetarian", key="diet"), name="B"
         )
-        await index.done[("B", "upsert")].wait()  # B committed v3 and wrote its point
-        await index.arrived[("B", "marker")].wait()
         a_gate.set()
-        await a  # v2's point over v3's, marker R1 -> R2
-        b_gate.set()
-        await b  # marker R2 -> R3 == the database's
+        await a
+        await b
         clock.advance(120)
         assert _keys(await plain.asearch("alice", "vegetarian", mode="vector")) == ["diet"]
         await store.asearch("alice", "vegetarian", mode="vector")  # one search to repair
@@ -191,27 +187,24 @@ async def test_two_writers_of_one_key_leave_a_live_memory_unfindable(
 
 
 async def test_reindex_during_a_write_loses_the_written_point(db: Backend, tmp_path: Path) -> None:
-    """areindex ("safe while the application runs") reads revisions and rows, a write
-    commits and upserts its new point, areindex deletes every point it did not copy
-    (the new one) and sets the marker to the old revision, then the write's CAS sees
-    its "before" and moves the marker to the current revision: the new memory has no
-    point and the marker says in sync. It is never found by vector search."""
+    """areindex ("safe while the application runs") while a write of the same scope
+    commits: were the reindex to delete the write's new point and the write then to
+    move the marker, the new memory would have no point and the marker say in sync.
+    The reindex brings each scope up under its revision lock, so the write commits
+    and copies itself after it."""
     index = Gated(path=str(tmp_path / "q"), retry_after=0)
     store = await _store(db, index)
     plain = await _store(db, None)
     try:
         await store.astore("alice", "Alice drinks espresso", key="coffee")
         r_gate = index.hold("R", "points")
-        w_gate = index.hold("W", "marker")
         r = asyncio.create_task(store.areindex(), name="R")
-        await index.arrived[("R", "points")].wait()  # copied every row it read
+        await index.arrived[("R", "points")].wait()  # the scope's lock held
         w = asyncio.create_task(
             store.astore("alice", "Alice is a vegetarian", key="diet"), name="W"
         )
-        await index.arrived[("W", "marker")].wait()  # committed, its point written
         r_gate.set()
         await r
-        w_gate.set()
         await w
         assert _keys(await plain.asearch("alice", "vegetarian", mode="vector", limit=1)) == ["diet"]
         await store.asearch("alice", "vegetarian", mode="vector")  # one search to repair
@@ -292,7 +285,9 @@ async def test_another_models_reindex_turns_qdrant_trouble_into_errors(
         ops = MemoryStore(
             app.repository, embedding=SmallHashing(), vector_index=QdrantIndex(client=client)
         )
-        await ops.areindex()  # the collection remade for 32 dims, emptied
+        with pytest.raises(ConfigError):
+            await ops.areindex()  # another model's collection: never remade unasked
+        await ops.areindex(recreate=True)  # the collection remade for 32 dims, emptied
         failures = []
         for name, call in (
             ("astore 1", lambda: app.astore("alice", "Alice drinks espresso", key="coffee")),
