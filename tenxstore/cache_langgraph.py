@@ -50,7 +50,7 @@ from typing import Any
 
 import msgspec
 
-from .cache_keys import _segment
+from .cache_keys import segment as _segment
 from .config import RunIds
 from .crypto import CACHE, CHECKPOINT, WRITE, KeyRing, life_of, open_typed
 from .errors import TenxStoreError

@@ -294,18 +294,7 @@ class TenxCheckpointSaver(SyncSaver):
         seen = conf.get(HEAD_KEY)
         empty = found_empty(self._tables, conf["thread_id"], ns)
         cache, ids = self._cache, self._tables.run_ids(scoped)
-        # the new head is cached after the commit when it is sure to be the head: a
-        # later checkpoint than its parent, which is the namespace's newest (not older
-        # than the head the run read: it did not fork from an older checkpoint, and the
-        # put commits only if its parent is still the newest), of the owner's own call
-        through = (
-            cache is not None
-            and ids.isolated
-            and parent is not None
-            and checkpoint["id"] > parent
-            and (seen is None or (isinstance(seen, str) and parent >= seen))
-            and not uses_delta_channels(meta)
-        )
+        through = self._through(ids, checkpoint["id"], parent, seen, meta)
         before = await cache.before_write(ids) if cache is not None and through else None
         try:
             incarnation = await self._tables.put(
@@ -325,11 +314,8 @@ class TenxCheckpointSaver(SyncSaver):
             self._unsure([ids.thread_id])
             raise
         if cache is not None:
-            head = None
-            if before is not None and parent is not None:
-                head = self._new_head(ids, ns, checkpoint["id"], parent, typed, meta, values)
-                head[0].incarnation = incarnation
-            await cache.advance(ids, ns, before, head)
+            put = (checkpoint["id"], parent, typed, meta, values, incarnation)
+            await self._advance(cache, ids, ns, before, put)
         if empty:  # the namespace has a head now: the next first write needs a read
             saw_head(self._tables, conf["thread_id"], ns, empty=False)
         lived(self._tables, conf["thread_id"], incarnation, reading=False)
@@ -434,6 +420,35 @@ class TenxCheckpointSaver(SyncSaver):
         await self._touched(threads)
 
     # -- the Redis head cache (see tenxstore.cache_langgraph) ------------------------
+
+    def _through(
+        self, ids: RunIds, checkpoint_id: str, parent: str | None, seen: Any, meta: str
+    ) -> bool:
+        """Whether a put caches its new head after the commit: when it is sure to be
+        the head — a later checkpoint than its parent, which is the namespace's newest
+        (not older than the head the run read: it did not fork from an older
+        checkpoint, and the put commits only if its parent is still the newest) — of
+        the owner's own call (an unscoped one does not know the owner)."""
+        return (
+            self._cache is not None
+            and ids.isolated
+            and parent is not None
+            and checkpoint_id > parent
+            and (seen is None or (isinstance(seen, str) and parent >= seen))
+            and not uses_delta_channels(meta)
+        )
+
+    async def _advance(
+        self, cache: LangGraphCache, ids: RunIds, ns: str, before: str | None, put: tuple[Any, ...]
+    ) -> None:
+        """After a put committed: its new head cached when the epoch seen ``before``
+        it is known (see :meth:`_through`), the thread's other heads invalidated."""
+        checkpoint_id, parent, typed, meta, values, incarnation = put
+        head = None
+        if before is not None and parent is not None:
+            head = self._new_head(ids, ns, checkpoint_id, parent, typed, meta, values)
+            head[0].incarnation = incarnation
+        await cache.advance(ids, ns, before, head)
 
     def _unsure(self, thread_ids: list[Any]) -> None:
         """A write that failed or was cancelled (maybe after its commit): the threads'
