@@ -509,7 +509,9 @@ class TenxCheckpointSaver(SyncSaver):
         ns = conf.get("checkpoint_ns", "")
         checkpoint_id = get_checkpoint_id(config) or None  # "": the newest, as LangGraph reads it
         cache, loads = self._cache, self._loads
-        if cache is not None and checkpoint_id is None:  # the head: Redis first
+        # The head of one namespace: Redis first. A namespace that is not a str (None
+        # reads every namespace's newest) is the database's answer, as without a cache.
+        if cache is not None and checkpoint_id is None and isinstance(ns, str):
             ids = self._tables.run_ids(scoped)
             found, lease = await cache.head(ids, ns, recorded_incarnation(conf))
             if found is not None:
