@@ -19,7 +19,10 @@ new head under that token, when no other write moved the epoch since it read the
 (a miss read from the database) is stored only under the epoch its reader saw before
 the database read (:data:`~tenxstore.redis_scripts.LG_PUT_SCRIPT`), and never over a
 later head of that epoch (a later checkpoint id, or more writes of the same one): a
-refill that read the database before a write committed can never land after it.
+refill that read the database before a write committed can never land after it. A read
+that finds no epoch (a thread not written through the cache yet, or its epoch expired
+or evicted) makes one before its database read; a refill never makes one, so a refill
+whose epoch went since its read (maybe with the epoch of a write after it) is dropped.
 
 Deletes, prunes, ``delete_for_runs``, copies, imports and the data lifecycle give the
 epoch of each thread they touched a new token the same way (after their commit; a
@@ -198,17 +201,19 @@ class LangGraphCache:
 
     async def head(self, ids: RunIds, ns: str, known: int | None) -> tuple[Head | None, str | None]:
         """The cached head of a namespace (None: a miss) and the epoch seen (the lease a
-        refill is put under; None: Redis is not usable now, nothing is to be put), in
-        one round trip. ``known``: the life of the thread the run recorded; an entry of
-        another is a miss."""
+        refill is put under, made now when the thread had none; None: Redis is not
+        usable now, nothing is to be put), in one round trip. ``known``: the life of
+        the thread the run recorded; an entry of another is a miss."""
         prefix = await self._prefix_now()
         entry_key = self._entry_key(prefix, ids, ns)
         keys = [entry_key, self._epoch_key(prefix, ids.thread_id)]
 
+        args = [_token(), self._epoch_ms]
+
         async def read(client: Any) -> Any:
             if ids.thread_id in self._pending:
                 return None
-            return await run_keys(client, LG_READ_SCRIPT, keys, [])
+            return await run_keys(client, LG_READ_SCRIPT, keys, args)
 
         found = await self._call("get", read, ())
         if found is None:
@@ -270,11 +275,10 @@ class LangGraphCache:
         """Cache the head a miss read from the database (``rows``: none or one), under
         the epoch seen before that read (``lease``), unless a write moved the epoch
         since, or the key holds a later head of it."""
-        if lease is None or not rows or time.monotonic() - prepared > MAX_PUT_AGE:
+        if not lease or not rows or time.monotonic() - prepared > MAX_PUT_AGE:
             return
         prefix = await self._prefix_now()
         entry_key = self._entry_key(prefix, ids, ns)
-        fresh = _token()
         try:
             suffix = self._suffix(entry_key, ids, _plain(rows[0], self.keys))
         except TenxStoreError as exc:  # a value that does not open: served as it was
@@ -283,8 +287,7 @@ class LangGraphCache:
         if suffix is None:
             return
         row, writes, _ = rows[0]
-        args = [lease, fresh, row.checkpoint_id, len(writes), suffix]
-        args += [self._redis.ttl_ms, self._epoch_ms]
+        args = [lease, row.checkpoint_id, len(writes), suffix, self._redis.ttl_ms]
         keys = [entry_key, self._epoch_key(prefix, ids.thread_id)]
 
         async def put(client: Any) -> Any:

@@ -137,35 +137,37 @@ local function holds(key, e, cid, w)
 end
 """
 
-# ARGV: none. Returns {entry or '', epoch or ''}: the entry only when its token is the
-# epoch's.
-LG_READ_SCRIPT = """
+# ARGV[1] a fresh token, ARGV[2] epoch ttl ms. Returns {entry or '', epoch}: the entry
+# only when its token is the epoch's. A thread without an epoch (never written through
+# the cache, or its epoch expired or evicted) gets ARGV[1] as its epoch, before the
+# reader reads the database: the lease its refill is put under.
+LG_READ_SCRIPT = (
+    _LG_HEAD
+    + """
 local e = redis.call('GET', KEYS[2])
-if not e then return {'', ''} end
+if not e then
+  redis.call('SET', KEYS[2], ARGV[1], unpack(px(ARGV[2])))
+  return {'', ARGV[1]}
+end
 local v = redis.call('GET', KEYS[1])
 if v and string.sub(v, 1, 16) == e then return {v, e} end
 return {'', e}
 """
+)
 
-# A refill. ARGV[1] the epoch its reader saw ('' none), ARGV[2] a fresh token (the
-# epoch's, when there was none), ARGV[3] checkpoint id, ARGV[4] writes count, ARGV[5]
-# the entry after its token, ARGV[6] entry ttl ms, ARGV[7] epoch ttl ms (0: none).
-# Stored (1) only while the epoch is the one its reader saw, and unless the key holds
-# a later head of that epoch (a later checkpoint, or more writes of the same one).
+# A refill. ARGV[1] the epoch its reader saw (LG_READ_SCRIPT made one if there was
+# none), ARGV[2] checkpoint id, ARGV[3] writes count, ARGV[4] the entry after its
+# token, ARGV[5] entry ttl ms. Stored (1) only while the epoch is the one its reader
+# saw, and unless the key holds a later head of that epoch (a later checkpoint, or more
+# writes of the same one). A refill never makes an epoch: with none (expired, evicted,
+# flushed since the read) writes may have committed since, whose new epoch is gone.
 LG_PUT_SCRIPT = (
     _LG_HEAD
     + """
 local e = redis.call('GET', KEYS[2])
-local tok = e
-if e then
-  if e ~= ARGV[1] then return 0 end
-else
-  if ARGV[1] ~= '' then return 0 end
-  tok = ARGV[2]
-  redis.call('SET', KEYS[2], tok, unpack(px(ARGV[7])))
-end
-if holds(KEYS[1], tok, ARGV[3], tonumber(ARGV[4])) then return 0 end
-redis.call('SET', KEYS[1], tok .. ARGV[5], unpack(px(ARGV[6])))
+if not e or e ~= ARGV[1] then return 0 end
+if holds(KEYS[1], e, ARGV[2], tonumber(ARGV[3])) then return 0 end
+redis.call('SET', KEYS[1], e .. ARGV[4], unpack(px(ARGV[5])))
 return 1
 """
 )
