@@ -155,10 +155,14 @@ class CachedCheckpointer(CacheWrites, CacheReads, CacheFences, CachePassthrough)
     async def aclose(self) -> None:
         """Close the wrapped repository and the Redis client this class created."""
         try:
-            await self.inner.aclose()
+            if self._lg is not None:  # its background sends stop; its steps end first
+                await self._lg.aclose()
         finally:
-            if self._redis is not None:
-                await self._redis.aclose()
+            try:
+                await self.inner.aclose()
+            finally:
+                if self._redis is not None:
+                    await self._redis.aclose()
 
     async def __aenter__(self) -> CachedCheckpointer:
         return self

@@ -24,14 +24,18 @@ that finds no epoch (a thread not written through the cache yet, or its epoch ex
 or evicted) makes one before its database read; a refill never makes one, so a refill
 whose epoch went since its read (maybe with the epoch of a write after it) is dropped.
 
-Deletes, prunes, ``delete_for_runs``, copies, imports and the data lifecycle give the
+Deletes, prunes, ``delete_for_runs``, copies, imports (the cache's own, and
+:func:`~tenxstore.langgraph.aimport_langgraph`'s) and the data lifecycle give the
 epoch of each thread they touched a new token the same way (after their commit; a
-batched delete also before it, with the state cache's fences). An epoch change that
-could not reach Redis is remembered, sent before anything else once Redis answers,
-and until then the thread's reads are misses and its puts refused. An epoch lives at
-least :data:`~tenxstore.redis_cache.FENCE_SECONDS` (and as long as the entries), and a
-refill prepared longer than :data:`~tenxstore.redis_cache.MAX_PUT_AGE` ago is not sent:
-so an epoch that expired cannot let an old refill land.
+batched delete also before it, with the state cache's fences). Each step after a
+commit runs on when its caller is cancelled. An epoch change that could not reach
+Redis (failed, timed out, or its caller cancelled) is remembered: until it is sent the
+thread's reads are misses and its puts refused in this process, and a background task
+resends it with back-off (bounded) for the other processes, besides the next call.
+An epoch lives at least :data:`~tenxstore.redis_cache.FENCE_SECONDS` (and as long as
+the entries), and a refill prepared longer than
+:data:`~tenxstore.redis_cache.MAX_PUT_AGE` ago is not sent: so an epoch that expired
+cannot let an old refill land.
 
 An entry's body is msgpack of the stored forms, opened; with a key ring it is sealed
 whole, bound to its key, token and checkpoint id (a plain entry is then a miss). One
@@ -49,7 +53,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -75,9 +79,12 @@ MAX_ENTRY_BYTES = 1 << 20
 database each time."""
 
 _MAX_PENDING = 10_000
+_RETRY_FIRST, _RETRY_MAX, _RETRIES = 0.05, 30.0, 12  # the epoch changes that wait, resent
 _PLAIN, _SEALED = b"P", b"S"
 _PACK = msgspec.msgpack.Encoder()
 _UNPACK = msgspec.msgpack.Decoder()
+
+_T = TypeVar("_T")
 
 Head = tuple[Any, list[Any], dict[str, tuple[str, bytes]]]
 """A checkpoint as the LangGraph tables read it: its row, its writes, its values."""
@@ -126,7 +133,12 @@ class LangGraphCache:
         self.keys = keys
         self.max_bytes = max_bytes
         self.stats = HeadStats()
-        self._pending: set[Any] = set()  # threads whose epoch change waits to be sent
+        # threads whose epoch change waits to be sent -> how often it was asked for (a
+        # flush lets a thread go only when no other change was asked for meanwhile)
+        self._pending: dict[Any, int] = {}
+        self._steps: set[asyncio.Future[Any]] = set()  # after-commit steps under way
+        self._retrying: asyncio.Task[None] | None = None
+        self._closed = False
         fence_ms = int(FENCE_SECONDS * 1000)
         self._epoch_ms = 0 if redis.ttl_ms == 0 else max(redis.ttl_ms, fence_ms)
 
@@ -149,12 +161,90 @@ class LangGraphCache:
     def forget(self, thread_ids: Iterable[Any]) -> None:
         """Give these threads' epochs a new token as soon as Redis answers (a write whose
         outcome is not known: failed, or cancelled maybe after its commit); until then
-        their reads are misses and their puts refused."""
+        their reads are misses and their puts refused in this process. A background
+        task sends them, with back-off (other processes would serve the old heads until
+        then), besides the next call that reaches Redis."""
+        added = False
         for thread_id in thread_ids:
-            if len(self._pending) >= _MAX_PENDING:
+            if thread_id not in self._pending and len(self._pending) >= _MAX_PENDING:
                 log.error("too many LangGraph heads await invalidation; relying on cache_ttl")
+                break
+            self._pending[thread_id] = self._pending.get(thread_id, 0) + 1
+            added = True
+        if added:
+            self._retry_soon()
+
+    async def after_commit(self, step: Awaitable[_T], thread_ids: Iterable[Any]) -> _T:
+        """Await ``step``, what a write sends once it committed, where cancelling the
+        caller does not cancel it (it goes on, kept here; :meth:`aclose` waits for it):
+        when the caller is cancelled, its threads' epoch changes are also remembered
+        (:meth:`forget`), so that no process waits for the step to serve the new head."""
+        threads = list(thread_ids)
+        task = asyncio.ensure_future(step)
+        self._steps.add(task)
+        task.add_done_callback(_settled(self._steps))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                self.forget(threads)
+            raise
+
+    def _retry_soon(self) -> None:
+        """Start the background task that sends the epoch changes that wait, unless it
+        runs already on this loop (outside a loop, or once closed: the next call sends
+        them)."""
+        if self._closed:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        running = self._retrying
+        if running is not None and not running.done() and running.get_loop() is loop:
+            return
+        self._retrying = loop.create_task(self._retry(), name="tenxstore-langgraph-flush")
+
+    async def _retry(self) -> None:
+        """Send the epoch changes that wait, retried with back-off (bounded: then the
+        next call that reaches Redis sends them, and the entries' TTL bounds the rest)."""
+        delay = _RETRY_FIRST
+        for _ in range(_RETRIES):
+            await asyncio.sleep(delay)
+            if not self._pending:
                 return
-            self._pending.add(thread_id)
+            try:
+                prefix = await self._prefix_now()
+            except Exception as exc:  # a background task logs, and tries again
+                log.warning("the LangGraph heads' key prefix is not known: %s", exc)
+            else:
+
+                async def flush(client: Any, prefix: str = prefix) -> bool:
+                    await self._flush(client, prefix)
+                    return True
+
+                if await self._redis.call("langgraph.flush", flush) and not self._pending:
+                    return
+            delay = min(delay * 2, _RETRY_MAX)
+        log.warning(
+            "%d LangGraph head invalidation(s) not sent yet; the next call sends them",
+            len(self._pending),
+        )
+
+    async def aclose(self) -> None:
+        """Stop the background sending of epoch changes; wait (bounded) for the steps
+        after commits under way on this loop."""
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        running, self._retrying = self._retrying, None
+        if running is not None and not running.done() and running.get_loop() is loop:
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+        steps = [t for t in self._steps if not t.done() and t.get_loop() is loop]
+        if steps:
+            _, late = await asyncio.wait(steps, timeout=self._redis.timeout + 1.0)
+            for task in late:
+                task.cancel()
 
     async def _call(self, what: str, make: Callable[[Any], Awaitable[Any]], touched: Any) -> Any:
         """One bounded, fail-open call (``None`` when it failed), after the epoch changes
@@ -183,9 +273,11 @@ class LangGraphCache:
 
     async def _flush(self, client: Any, prefix: str) -> None:
         """Send the epoch changes that wait; a thread leaves the set once confirmed."""
-        waiting = list(self._pending)
-        await self._set_epochs(client, [self._epoch_key(prefix, t) for t in waiting])
-        self._pending.difference_update(waiting)
+        waiting = list(self._pending.items())
+        await self._set_epochs(client, [self._epoch_key(prefix, t) for t, _ in waiting])
+        for thread_id, asked in waiting:
+            if self._pending.get(thread_id) == asked:
+                del self._pending[thread_id]
 
     async def _set_epochs(self, client: Any, keys: Sequence[str]) -> None:
         ttl = {"px": self._epoch_ms} if self._epoch_ms else {}
@@ -318,7 +410,11 @@ class LangGraphCache:
     ) -> None:
         """After a write of the thread committed: a new epoch, and ``head`` (the
         namespace's new head, its stored forms opened) cached under it when the epoch
-        was still ``before``."""
+        was still ``before`` (:meth:`after_commit`: cancelling the caller does not stop
+        it)."""
+        await self.after_commit(self._advance(ids, ns, before, head), [ids.thread_id])
+
+    async def _advance(self, ids: RunIds, ns: str, before: str | None, head: Head | None) -> None:
         prefix = await self._prefix_now()
         entry_key = self._entry_key(prefix, ids, ns)
         token = _token()
@@ -341,10 +437,14 @@ class LangGraphCache:
     async def wrote(self, ids: RunIds, ns: str, checkpoint_id: str) -> None:
         """After a task's writes of a checkpoint committed: the namespace's cached head
         goes if it is that checkpoint (or an older one), for the owner's calls and the
-        unscoped ones; an unscoped call, whose owner is not known, changes the epoch."""
+        unscoped ones; an unscoped call, whose owner is not known, changes the epoch
+        (:meth:`after_commit`)."""
         if not ids.isolated:
             await self.bump([ids.thread_id])
             return
+        await self.after_commit(self._wrote(ids, ns, checkpoint_id), [ids.thread_id])
+
+    async def _wrote(self, ids: RunIds, ns: str, checkpoint_id: str) -> None:
         prefix = await self._prefix_now()
         unscoped = RunIds(thread_id=ids.thread_id, user_id=None, isolated=False)
         keys = [self._entry_key(prefix, ids, ns), self._entry_key(prefix, unscoped, ns)]
@@ -361,7 +461,13 @@ class LangGraphCache:
     async def bump(self, thread_ids: Iterable[Any]) -> bool:
         """New epochs for these threads (deleted, pruned, copied into, imported...):
         every head cached of them is a miss from here on. Whether Redis confirmed
-        (those it did not are sent once it answers)."""
+        (those it did not are sent once it answers); :meth:`after_commit`: cancelling
+        the caller does not stop it."""
+        threads = sorted(set(thread_ids), key=repr)
+        return await self.after_commit(self.renew(threads), threads)
+
+    async def renew(self, thread_ids: Iterable[Any]) -> bool:
+        """:meth:`bump`, in the caller's task (for a caller that shields it itself)."""
         threads = sorted(set(thread_ids), key=repr)
         if not threads:
             return True
@@ -379,6 +485,18 @@ class LangGraphCache:
             self.stats.stored += 1
         elif stored is not None:
             self.stats.refused += 1
+
+
+def _settled(steps: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
+    """A step's done callback: forgotten, its exception retrieved (its caller may have
+    been cancelled: nobody else awaits it)."""
+
+    def done(task: asyncio.Future[Any]) -> None:
+        steps.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a LangGraph head cache step failed: %r", task.exception())
+
+    return done
 
 
 def _plain(head: Head, keys: KeyRing | None) -> Head:
