@@ -171,6 +171,28 @@ class CacheFences(CacheCore):
             await self._lg.bump(touched + [i.replaced.thread_id for i in done if i.replaced])
         return done
 
+    async def fence_imported(self, threads: Iterable[tuple[Any, Any]]) -> None:
+        """After an import that bypassed this cache (:func:`~tenxstore.langgraph.
+        aimport_langgraph` writes through the repository) committed threads: fence
+        their entries for each ``(thread_id, owner)`` given (the new life's owner and
+        the replaced one's), as :meth:`aimport_stream` does, and give their LangGraph
+        heads a new epoch. What Redis does not confirm is remembered and sent later."""
+        given = list(threads)
+        if self._lg is not None:  # cancelling the caller does not stop it
+            await self._lg.after_commit(self._fence_imported(given), [t for t, _ in given])
+        else:
+            await self._fence_imported(given)
+
+    async def _fence_imported(self, given: list[tuple[Any, Any]]) -> None:
+        if self._redis is not None:
+            keys: set[str | None] = set()
+            for thread_id, owner in given:
+                keys.update(await self._keys(thread_id, owner))
+            fenced = sorted(key for key in keys if key is not None)
+            await self._redis.fence([(key, BLANKET) for key in fenced])
+        if self._lg is not None:
+            await self._lg.renew([thread_id for thread_id, _ in given])
+
     # -- data lifecycle: each batch fences its threads' entries before it commits -----
 
     def _fencing(
