@@ -171,12 +171,17 @@ class CacheFences(CacheCore):
             await self._lg.bump(touched + [i.replaced.thread_id for i in done if i.replaced])
         return done
 
-    async def fence_imported(self, threads: Iterable[tuple[Any, Any]]) -> None:
-        """After an import that bypassed this cache (:func:`~tenxstore.langgraph.
-        aimport_langgraph` writes through the repository) committed threads: fence
-        their entries for each ``(thread_id, owner)`` given (the new life's owner and
-        the replaced one's), as :meth:`aimport_stream` does, and give their LangGraph
-        heads a new epoch. What Redis does not confirm is remembered and sent later."""
+    @property
+    def fence_imported(self) -> Callable[[Iterable[tuple[Any, Any]]], Awaitable[None]]:
+        """What an import that bypassed this cache (:func:`~tenxstore.langgraph.
+        aimport_langgraph` writes through the repository) calls once threads committed:
+        it fences their entries for each ``(thread_id, owner)`` given (the new life's
+        owner and the replaced one's), as :meth:`aimport_stream` does, and gives their
+        LangGraph heads a new epoch; what Redis does not confirm is remembered and sent
+        later. (A property: the decorator's methods are the repository's.)"""
+        return self._after_import
+
+    async def _after_import(self, threads: Iterable[tuple[Any, Any]]) -> None:
         given = list(threads)
         if self._lg is not None:  # cancelling the caller does not stop it
             await self._lg.after_commit(self._fence_imported(given), [t for t, _ in given])
