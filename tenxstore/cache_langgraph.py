@@ -300,7 +300,9 @@ class LangGraphCache:
         entry_key = self._entry_key(prefix, ids, ns)
         keys = [entry_key, self._epoch_key(prefix, ids.thread_id)]
 
-        args = [_token(), self._epoch_ms]
+        # an epoch a read makes expires even without a TTL: reads of threads that do
+        # not exist must not leave keys for ever (an epoch gone is only misses)
+        args = [_token(), self._epoch_ms or int(FENCE_SECONDS * 1000)]
 
         async def read(client: Any) -> Any:
             if ids.thread_id in self._pending:
