@@ -21,7 +21,6 @@ from .boundary import guard
 from .cache_entries import SEALED_MEMBER as SEALED_MEMBER  # importable here as before
 from .cache_fences import CacheFences
 from .cache_keys import DEFAULT_KEY_PREFIX, DefaultPrefix, cache_key, glob_escape
-from .cache_langgraph import LangGraphCache
 from .cache_passthrough import CachePassthrough
 from .cache_reads import CacheReads
 from .cache_writes import CacheWrites
@@ -96,7 +95,6 @@ class CachedCheckpointer(CacheWrites, CacheReads, CacheFences, CachePassthrough)
         self._prefix: str | None = None if self._namespaced else key_prefix
         self._base_prefix = str(key_prefix)
         self._redis: RedisCache | None = None
-        self._lg: LangGraphCache | None = None
         if (redis, redis_url, redis_pool) == (None, None, None) and not self._requires_redis():
             return  # a preset without a cache: every call goes to the inner checkpointer
         client, make, owns = make_client(redis, redis_url, redis_pool, redis_timeout, redis_options)
@@ -110,7 +108,6 @@ class CachedCheckpointer(CacheWrites, CacheReads, CacheFences, CachePassthrough)
             max_backoff=30.0,
             ttl_ms=ttl_ms,
         )
-        self._lg = LangGraphCache(self._redis, self._key_prefix, self.keys)
 
     @classmethod
     def _requires_redis(cls) -> bool:
@@ -155,14 +152,10 @@ class CachedCheckpointer(CacheWrites, CacheReads, CacheFences, CachePassthrough)
     async def aclose(self) -> None:
         """Close the wrapped repository and the Redis client this class created."""
         try:
-            if self._lg is not None:  # its background sends stop; its steps end first
-                await self._lg.aclose()
+            await self.inner.aclose()
         finally:
-            try:
-                await self.inner.aclose()
-            finally:
-                if self._redis is not None:
-                    await self._redis.aclose()
+            if self._redis is not None:
+                await self._redis.aclose()
 
     async def __aenter__(self) -> CachedCheckpointer:
         return self

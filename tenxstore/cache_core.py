@@ -17,7 +17,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .cache_entries import entry_body
 from .cache_keys import cache_key
-from .cache_langgraph import LangGraphCache
 from .config import RunIds, read_config, recorded_incarnation
 from .crypto import KeyRing
 from .langgraph.tables import LangGraphTables
@@ -40,7 +39,6 @@ class CacheCore:
     _prefix: str | None
     _base_prefix: str
     _redis: RedisCache | None
-    _lg: LangGraphCache | None
 
     @property
     def redis(self) -> Any:
@@ -92,12 +90,6 @@ class CacheCore:
     def user_id_type(self) -> IdType:
         """Type of ``user_id``."""
         return self.inner.user_id_type
-
-    @property
-    def langgraph_cache(self) -> LangGraphCache | None:
-        """The head cache of LangGraph savers on this checkpointer (see
-        :mod:`tenxstore.cache_langgraph`), or None for a preset without a cache."""
-        return self._lg
 
     @property
     def langgraph(self) -> LangGraphTables:

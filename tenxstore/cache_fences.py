@@ -38,16 +38,9 @@ def _fenced_batches(method: _F) -> _F:
     async def call(
         self: CacheFences, /, *args: Any, before_commit: BatchHook | None = None, **options: Any
     ) -> DeleteResult:
-        fenced: list[int] = [0]
-        gone: list[Any] = []
-        hook = self._fencing(before_commit, fenced, gone)
-        try:
-            done: DeleteResult = await getattr(self.inner, name)(
-                *args, before_commit=hook, **options
-            )
-        finally:  # the LangGraph heads of what committed, after the commit too
-            if self._lg is not None and gone:
-                await self._lg.bump(gone)
+        fenced = [0]
+        hook = self._fencing(before_commit, fenced)
+        done: DeleteResult = await getattr(self.inner, name)(*args, before_commit=hook, **options)
         return replace(done, cache_keys=done.cache_keys + fenced[0])
 
     call.__doc__ = (
@@ -74,17 +67,10 @@ class CacheFences(CacheCore):
     async def adelete(self, config: dict[str, Any]) -> Commit | None:
         """:meth:`aclean_thread`, returning the repository's :class:`Commit`."""
         ids = self._ids(config)
-        try:
-            removed = await self.inner.adelete(config)
-        except BaseException:
-            if self._lg is not None:
-                self._lg.forget([ids.thread_id])
-            raise
+        removed = await self.inner.adelete(config)
         redis = self._redis
         if redis is None:
             return removed
-        if self._lg is not None:  # the thread's LangGraph heads (any life, any reader)
-            await self._lg.bump([ids.thread_id])
         if removed is None:  # nothing to delete: drop the entries this call's keys hold
             owner = ids.user_id if ids.isolated else None  # (a fence there stays)
             await redis.drop([k for k in await self._keys(ids.thread_id, owner) if k])
@@ -166,43 +152,11 @@ class CacheFences(CacheCore):
                     keys.update(await self._keys(old.thread_id, old.user_id))
             fenced = sorted(key for key in keys if key is not None)
             await self._redis.fence([(key, BLANKET) for key in fenced])
-        if self._lg is not None:
-            touched = [i.thread_id for i in done if i.outcome != "skipped"]
-            await self._lg.bump(touched + [i.replaced.thread_id for i in done if i.replaced])
         return done
-
-    @property
-    def fence_imported(self) -> Callable[[Iterable[tuple[Any, Any]]], Awaitable[None]]:
-        """What an import that bypassed this cache (:func:`~tenxstore.langgraph.
-        aimport_langgraph` writes through the repository) calls once threads committed:
-        it fences their entries for each ``(thread_id, owner)`` given (the new life's
-        owner and the replaced one's), as :meth:`aimport_stream` does, and gives their
-        LangGraph heads a new epoch; what Redis does not confirm is remembered and sent
-        later. (A property: the decorator's methods are the repository's.)"""
-        return self._after_import
-
-    async def _after_import(self, threads: Iterable[tuple[Any, Any]]) -> None:
-        given = list(threads)
-        if self._lg is not None:  # cancelling the caller does not stop it
-            await self._lg.after_commit(self._fence_imported(given), [t for t, _ in given])
-        else:
-            await self._fence_imported(given)
-
-    async def _fence_imported(self, given: list[tuple[Any, Any]]) -> None:
-        if self._redis is not None:
-            keys: set[str | None] = set()
-            for thread_id, owner in given:
-                keys.update(await self._keys(thread_id, owner))
-            fenced = sorted(key for key in keys if key is not None)
-            await self._redis.fence([(key, BLANKET) for key in fenced])
-        if self._lg is not None:
-            await self._lg.renew([thread_id for thread_id, _ in given])
 
     # -- data lifecycle: each batch fences its threads' entries before it commits -----
 
-    def _fencing(
-        self, then: BatchHook | None, fenced: list[int], gone_threads: list[Any]
-    ) -> BatchHook | None:
+    def _fencing(self, then: BatchHook | None, fenced: list[int]) -> BatchHook | None:
         """A ``before_commit`` hook that fences the entries of the threads a batch
         deletes (both modes, above the deleted life, as :meth:`adelete` does), then
         calls ``then``. It runs before the batch commits: no reader can see the rows
@@ -211,8 +165,7 @@ class CacheFences(CacheCore):
         refill finds no row). Unlike a single delete, which fails open, a batch whose
         fences Redis did not confirm is rolled back (:class:`CacheUnreachable`): its
         threads would otherwise be gone with nothing left to say their entries must
-        go, and a run again would not find them. The LangGraph heads of the batch's
-        threads go with them (and again after the commit: ``gone_threads``)."""
+        go, and a run again would not find them."""
         redis = self._redis
         if redis is None:
             return then
@@ -224,10 +177,7 @@ class CacheFences(CacheCore):
                 for key in await self._keys(removed.thread_id, removed.user_id):
                     if key is not None:
                         fences.append((key, above))
-            threads = [removed.thread_id for removed in gone]
-            gone_threads.extend(threads)
-            heads = True if self._lg is None else await self._lg.bump(threads)
-            if not await redis.fence_many(fences) or not heads:
+            if not await redis.fence_many(fences):
                 problem = redis.status().last_error or "Redis did not answer in time"
                 raise CacheUnreachable(
                     f"the cache entries of {len(gone)} thread(s) could not be fenced "

@@ -13,7 +13,7 @@ import re
 from base64 import urlsafe_b64encode
 from typing import Any
 
-__all__ = ["DEFAULT_KEY_PREFIX", "DefaultPrefix", "cache_key", "glob_escape", "segment"]
+__all__ = ["DEFAULT_KEY_PREFIX", "DefaultPrefix", "cache_key", "glob_escape"]
 
 _VERBATIM = re.compile(r"[A-Za-z0-9._-]+")
 _UNSCOPED = "*"
@@ -37,11 +37,6 @@ def _segment(value: Any) -> str:
     # "~" never appears in a verbatim segment and ":" never in base64url: no two ids
     # share a segment, and a key splits into its segments unambiguously.
     return "~" + urlsafe_b64encode(text.encode()).decode().rstrip("=")
-
-
-def segment(value: Any) -> str:
-    """An id (or a LangGraph namespace) as one key segment (see the module)."""
-    return _segment(value)
 
 
 def cache_key(prefix: str, thread_id: Any, user_id: Any, isolated: bool) -> str:

@@ -190,10 +190,6 @@ class TablesCore:
         """The key ring values are sealed with, or None."""
         return self._store.keys
 
-    def run_ids(self, config: dict[str, Any]) -> RunIds:
-        """The validated ids of a call (``ConfigError`` before any I/O)."""
-        return self._store.ids(config)
-
     def thread_id_of(self, config: dict[str, Any]) -> Any:
         """The thread id of a call, as validated (an int for int id types)."""
         return self._store.ids(config).thread_id

@@ -81,16 +81,6 @@ class _Refused(TenxStoreError):
     """A source thread that cannot be imported (a user, a value, an id)."""
 
 
-def _cache_of(target: Any) -> Any:
-    """The cache decorator around the repository (the layer whose entries an import
-    must fence), or None."""
-    while target is not None:
-        if callable(getattr(target, "fence_imported", None)):
-            return target
-        target = getattr(target, "inner", None)
-    return None
-
-
 def _repository(target: Any) -> Any:
     """The repository behind a checkpointer (a cache decorator's ``.inner``)."""
     while hasattr(target, "inner"):
@@ -148,33 +138,25 @@ class _Importer:
             if self.o["dry_run"]:
                 found = await self.repo.aget_thread({"thread_id": thread_id, **OPERATOR})
                 return "in target" if found is not None else "new"
-            owners: list[tuple[Any, Any]] = []  # whose cache entries go once it commits
-            try:
-                async with self.store.write(thread_id) as (conn, locked):
-                    outcome = "created"
-                    if locked is not None:
-                        if await self._same(conn, reader, thread_id, user, locked):
-                            outcome = "unchanged"
-                        elif self.o["on_conflict"] == "skip":
-                            return "skipped"
-                        elif self.o["on_conflict"] == "error":
-                            raise ImportConflict(
-                                f"thread {name!r} is in the target with other content: "
-                                "import with on_conflict 'skip' or 'replace' (the threads "
-                                "before it are imported)",
-                                thread_id=thread_id,
-                            )
-                        else:
-                            owners.append((thread_id, locked.user_id))
-                            await self.store.delete_thread(conn, thread_id)
-                            outcome = "replaced"
-                    # "unchanged" too: an import run again re-sends what a lost one did not
-                    owners.append((thread_id, user))
-                    if outcome != "unchanged":
-                        await self._write(conn, reader, thread_id, user)
-            finally:  # committed, or maybe (cancelled): the cache must not serve the old
-                if owners and self.o.get("cache") is not None:
-                    await self.o["cache"].fence_imported(owners)
+            async with self.store.write(thread_id) as (conn, locked):
+                outcome = "created"
+                if locked is not None:
+                    if await self._same(conn, reader, thread_id, user, locked):
+                        outcome = "unchanged"
+                    elif self.o["on_conflict"] == "skip":
+                        return "skipped"
+                    elif self.o["on_conflict"] == "error":
+                        raise ImportConflict(
+                            f"thread {name!r} is in the target with other content: import "
+                            "with on_conflict 'skip' or 'replace' (the threads before it are "
+                            "imported)",
+                            thread_id=thread_id,
+                        )
+                    else:
+                        await self.store.delete_thread(conn, thread_id)
+                        outcome = "replaced"
+                if outcome != "unchanged":
+                    await self._write(conn, reader, thread_id, user)
         if self.o["verify"]:
             await self._verify(name, thread_id)
             self.done.verified += 1
@@ -426,7 +408,6 @@ async def aimport_langgraph(
         verify=verify,
     )
     repo = _checked_target(target, options, isolated)
-    options["cache"] = _cache_of(target)
     source = open_source(source_url, source_schema)
     try:
         return await _import(source, repo, options, progress, total)

@@ -33,9 +33,7 @@ stored, and read back), :mod:`.lives` (what a run carries from call to call) and
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
-from types import SimpleNamespace
 from typing import Any
 
 try:
@@ -55,8 +53,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError("tenxstore.langgraph needs: pip install 'tenxstore[langgraph]'") from exc
 
 from ..boundary import guard_iter
-from ..cache_langgraph import Head, LangGraphCache
-from ..config import INCARNATION_KEY, RunIds, recorded_incarnation
+from ..config import INCARNATION_KEY
 from ..crypto import Life, open_typed
 from ..errors import ConfigError, MissingThreadId
 from ..protocol import Checkpointer
@@ -75,7 +72,7 @@ from .forms import (
 from .lives import found_empty, lived, run_life, saw_head
 from .runs import ainvoke_retrying, idempotent_input, invoke_retrying
 from .sync import SyncSaver
-from .tables import Values, run_id_of, uses_delta_channels
+from .tables import Values, run_id_of
 from .values import AllowedTypes, allowed_set
 
 __all__ = [
@@ -167,9 +164,6 @@ class TenxCheckpointSaver(SyncSaver):
         self.checkpointer = checkpointer
         self.history_limit = history_limit
         self._tables = checkpointer.langgraph
-        # the Redis head cache of a CachedCheckpointer with Redis (None: every read
-        # goes to the database)
-        self._cache: LangGraphCache | None = getattr(checkpointer, "langgraph_cache", None)
 
     def for_user(self, user_id: Any) -> TenxCheckpointSaver:
         """This saver (of the same class), acting for one user (the server's
@@ -293,29 +287,19 @@ class TenxCheckpointSaver(SyncSaver):
         meta = encode(full_metadata, "metadata")
         seen = conf.get(HEAD_KEY)
         empty = found_empty(self._tables, conf["thread_id"], ns)
-        cache, ids = self._cache, self._tables.run_ids(scoped)
-        through = self._through(ids, checkpoint["id"], parent, seen, meta)
-        before = await cache.before_write(ids) if cache is not None and through else None
-        try:
-            incarnation = await self._tables.put(
-                scoped,
-                ns,
-                checkpoint["id"],
-                parent,
-                typed,
-                meta,
-                self.history_limit,
-                seen_head=seen if isinstance(seen, str) else None,
-                run_id=run_id_of(full_metadata),
-                values=values,
-                found_empty=empty,
-            )
-        except BaseException:
-            self._unsure([ids.thread_id])
-            raise
-        if cache is not None:
-            put = (checkpoint["id"], parent, typed, meta, values, incarnation)
-            await self._advance(cache, ids, ns, before, put)
+        incarnation = await self._tables.put(
+            scoped,
+            ns,
+            checkpoint["id"],
+            parent,
+            typed,
+            meta,
+            self.history_limit,
+            seen_head=seen if isinstance(seen, str) else None,
+            run_id=run_id_of(full_metadata),
+            values=values,
+            found_empty=empty,
+        )
         if empty:  # the namespace has a head now: the next first write needs a read
             saw_head(self._tables, conf["thread_id"], ns, empty=False)
         lived(self._tables, conf["thread_id"], incarnation, reading=False)
@@ -341,14 +325,7 @@ class TenxCheckpointSaver(SyncSaver):
         check_text("task_path", task_path, None, empty=True)
         rows = write_rows(self.dump_value, writes, task_id, task_path)
         checkpoint_id = check_text("checkpoint_id", conf.get("checkpoint_id"), limits.checkpoint_id)
-        ids = self._tables.run_ids(scoped)
-        try:
-            await self._tables.put_writes(scoped, ns, checkpoint_id, rows)
-        except BaseException:
-            self._unsure([ids.thread_id])
-            raise
-        if self._cache is not None:
-            await self._cache.wrote(ids, ns, checkpoint_id)
+        await self._tables.put_writes(scoped, ns, checkpoint_id, rows)
 
     @traced(write=True, prefix="langgraph.")
     async def adelete_thread(self, thread_id: str) -> None:
@@ -381,13 +358,7 @@ class TenxCheckpointSaver(SyncSaver):
                 "saver to the user (saver.for_user(user_id)), or give an operator's saver "
                 "auth_policy=AuthPolicy(enforce_user_isolation=False)"
             )
-        touched: list[Any] = []
-        try:
-            await self._tables.delete_runs(conf, list(run_ids), touched)
-        except BaseException:
-            self._unsure(touched)
-            raise
-        await self._touched(touched)
+        await self._tables.delete_runs(conf, list(run_ids))
 
     @traced(write=True, prefix="langgraph.")
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -398,96 +369,16 @@ class TenxCheckpointSaver(SyncSaver):
         if isinstance(thread_ids, (str, bytes)):  # a str is a sequence of one-letter ids
             raise ConfigError("thread_ids must be a sequence of thread ids, not one str")
         configs = [self._authority(t, "aprune") for t in thread_ids]
-        threads = [self._tables.thread_id_of(config) for config in configs]
-        try:
-            await self._tables.prune(configs, keep_latest=strategy == "keep_latest")
-        except BaseException:
-            self._unsure(threads)
-            raise
-        await self._touched(threads)
+        await self._tables.prune(configs, keep_latest=strategy == "keep_latest")
 
     @traced(write=True, prefix="langgraph.")
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of a thread to another thread id (with the
         saver's authority: a bound user copies its own threads into its own)."""
-        target = self._authority(target_thread_id, "acopy_thread")
-        threads = [self._tables.thread_id_of(target)]
-        try:
-            await self._tables.copy(self._authority(source_thread_id, "acopy_thread"), target)
-        except BaseException:
-            self._unsure(threads)
-            raise
-        await self._touched(threads)
-
-    # -- the Redis head cache (see tenxstore.cache_langgraph) ------------------------
-
-    def _through(
-        self, ids: RunIds, checkpoint_id: str, parent: str | None, seen: Any, meta: str
-    ) -> bool:
-        """Whether a put caches its new head after the commit: when it is sure to be
-        the head — a later checkpoint than its parent, which is the namespace's newest
-        (not older than the head the run read: it did not fork from an older
-        checkpoint, and the put commits only if its parent is still the newest) — of
-        the owner's own call (an unscoped one does not know the owner)."""
-        return (
-            self._cache is not None
-            and ids.isolated
-            and parent is not None
-            and checkpoint_id > parent
-            and (seen is None or (isinstance(seen, str) and parent >= seen))
-            and not uses_delta_channels(meta)
+        await self._tables.copy(
+            self._authority(source_thread_id, "acopy_thread"),
+            self._authority(target_thread_id, "acopy_thread"),
         )
-
-    async def _advance(
-        self, cache: LangGraphCache, ids: RunIds, ns: str, before: str | None, put: tuple[Any, ...]
-    ) -> None:
-        """After a put committed: its new head cached when the epoch seen ``before``
-        it is known (see :meth:`_through`), the thread's other heads invalidated."""
-        checkpoint_id, parent, typed, meta, values, incarnation = put
-        head = None
-        if before is not None and parent is not None:
-            head = self._new_head(ids, ns, checkpoint_id, parent, typed, meta, values)
-            head[0].incarnation = incarnation
-        await cache.advance(ids, ns, before, head)
-
-    def _unsure(self, thread_ids: list[Any]) -> None:
-        """A write that failed or was cancelled (maybe after its commit): the threads'
-        cached heads go, once Redis answers."""
-        if self._cache is not None:
-            self._cache.forget(thread_ids)
-
-    async def _touched(self, thread_ids: list[Any]) -> None:
-        """After a write committed: the threads' cached heads go."""
-        if self._cache is not None:
-            await self._cache.bump(thread_ids)
-
-    def _new_head(
-        self,
-        ids: RunIds,
-        ns: str,
-        checkpoint_id: str,
-        parent: str,
-        typed: tuple[str, bytes],
-        meta: str,
-        values: Values,
-    ) -> Head:
-        """What a read of the namespace's head returns once this put committed (its
-        forms opened): the checkpoint, no writes yet, its stored channels' values."""
-        row = SimpleNamespace(
-            thread_id=ids.thread_id,
-            checkpoint_ns=ns,
-            checkpoint_id=checkpoint_id,
-            parent_checkpoint_id=parent,
-            metadata=meta,
-            versions=encode(values.versions, "versions"),
-            incarnation=None,
-            user_id=ids.user_id,
-            type=typed[0],
-            checkpoint=typed[1],
-            head=checkpoint_id,
-        )
-        stored = {ch: values.dump(ch) for ch in values.versions if ch in values.stored}
-        return row, [], stored
 
     # -- reads -------------------------------------------------------------------
 
@@ -508,30 +399,13 @@ class TenxCheckpointSaver(SyncSaver):
         check_thread(config, conf, "aget_tuple")
         ns = conf.get("checkpoint_ns", "")
         checkpoint_id = get_checkpoint_id(config) or None  # "": the newest, as LangGraph reads it
-        cache, loads = self._cache, self._loads
-        # The head of one namespace: Redis first. A namespace that is not a str (None
-        # reads every namespace's newest) is the database's answer, as without a cache.
-        if cache is not None and checkpoint_id is None and isinstance(ns, str):
-            ids = self._tables.run_ids(scoped)
-            found, lease = await cache.head(ids, ns, recorded_incarnation(conf))
-            if found is not None:
-                rows, loads = [found], self._plain_loads
-            else:
-                prepared = time.monotonic()
-                rows = await self._tables.rows(scoped, ns, checkpoint_id, None, 1)
-                await cache.refill(ids, ns, lease, prepared, rows)
-        else:
-            rows = await self._tables.rows(scoped, ns, checkpoint_id, None, 1)
+        rows = await self._tables.rows(scoped, ns, checkpoint_id, None, 1)
         if checkpoint_id is None:  # what this run saw of the namespace's head
             saw_head(self._tables, conf.get("thread_id"), ns, empty=not rows)
         if rows or checkpoint_id is None:  # the life read (None: found empty)
             life = rows[0][0].incarnation if rows else None
             lived(self._tables, conf.get("thread_id"), life, reading=True)
-        return checkpoint_tuple(self.serde, loads, *rows[0]) if rows else None
-
-    def _plain_loads(self, kind: str, data: bytes, thread_id: Any, column: str, life: Life) -> Any:
-        """A value of a cached head (opened already) through the serde."""
-        return self.serde.loads_typed((kind, bytes(data)))
+        return checkpoint_tuple(self.serde, self._loads, *rows[0]) if rows else None
 
     @guard_iter
     async def alist(

@@ -165,12 +165,9 @@ class Upkeep(TablesCore):
                 await self._delete(conn, thread_id, ns, [r.checkpoint_id for r in members])
                 self._kept.pop((thread_id, ns), None)
 
-    async def delete_runs(
-        self, config: dict[str, Any], run_ids: list[str], touched: list[Any] | None = None
-    ) -> int:
+    async def delete_runs(self, config: dict[str, Any], run_ids: list[str]) -> int:
         """Delete the checkpoints (and their writes) whose metadata names one of
-        ``run_ids``, in the threads the caller may see; how many were deleted
-        (``touched`` gets the threads found, before any is deleted).
+        ``run_ids``, in the threads the caller may see; how many were deleted.
 
         Found by the indexed ``run_id`` column, then deleted thread by thread under
         the thread's lock.
@@ -192,8 +189,6 @@ class Upkeep(TablesCore):
                 )
             for row in await store.read(stmt):
                 found.setdefault(row.thread_id, []).append((row.checkpoint_ns, row.checkpoint_id))
-        if touched is not None:
-            touched.extend(found)
         for thread_id, doomed in found.items():
             self._forget(thread_id)
             async with store.write(thread_id) as (conn, _):

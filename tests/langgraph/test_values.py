@@ -141,9 +141,7 @@ async def test_a_stored_value_naming_a_callable_is_never_called(
             .values(type=kind, blob=data, base=None, splice=None, skip=None)
         )
         assert changed.rowcount >= 1
-    # read from the database: a cached head (cached presets) holds what was written
-    # through tenxstore, not what was changed behind its back
-    found = await TenxCheckpointSaver(repository).aget_tuple(alice("lg"))
+    found = await saver.aget_tuple(alice("lg"))
     assert found is not None and not victim.exists()
     assert found.checkpoint["channel_values"]["messages"] == str(victim)  # its plain data
 

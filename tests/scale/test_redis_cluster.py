@@ -110,25 +110,3 @@ async def test_fail_open_when_a_node_dies(tmp_path: Path) -> None:
         await cp.aclose()
         await client.aclose()
         nodes.close()
-
-
-async def test_a_graphs_head_is_cached_on_the_cluster(cached: CachedCheckpointer) -> None:
-    """The LangGraph head cache: a thread's epoch and heads share a slot (the thread is
-    their hash tag), so its scripts run on a cluster; a hit reads no SQL."""
-    from tenxstore.langgraph import TenxCheckpointSaver
-    from tests.langgraph.test_graphs import chat_graph, run
-
-    await cached.asetup()
-    saver = TenxCheckpointSaver(cached).for_user("alice")
-    graph = chat_graph(saver)
-    for i in range(3):
-        await graph.ainvoke({"turns": [f"turn {i}"]}, run(f"g{i}"))
-        await graph.ainvoke({"turns": ["again"]}, run(f"g{i}"))
-    database = TenxCheckpointSaver(cached.inner).for_user("alice")
-    for i in range(3):
-        with sql_statements(cached) as seen:
-            hit = await saver.aget_tuple(run(f"g{i}"))
-        assert seen == [] and hit == await database.aget_tuple(run(f"g{i}"))
-    await saver.adelete_thread("g0")
-    assert await saver.aget_tuple(run("g0")) is None
-    assert cached.langgraph_cache is not None and cached.langgraph_cache.stats.hits >= 3
