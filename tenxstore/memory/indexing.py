@@ -27,7 +27,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import String, and_, bindparam, func, or_, select
+from sqlalchemy import and_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import ConfigError
@@ -236,17 +236,7 @@ async def _revisions(
     """The database's revisions of the scope: (user, namespace) to (the user as
     stored, revision)."""
     r = store.rows.r
-    clauses: list[Any] = []
-    if users is not None:
-        clauses.append(r.c.user_id == users)
-    if ns:
-        under = ns + "."
-        clauses.append(
-            or_(
-                r.c.namespace == ns,
-                func.substr(r.c.namespace, 1, len(under)) == bindparam(None, under, type_=String()),
-            )
-        )
+    clauses = store.rows.revision_scope(users, ns)
     found: list[Any] = await store.base.read(
         select(r.c.user_id, r.c.namespace, r.c.revision).where(*clauses)
     )

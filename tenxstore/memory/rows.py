@@ -19,7 +19,18 @@ from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, String, and_, bindparam, delete, func, insert, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    String,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+)
 from sqlalchemy import update as sql_update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -85,15 +96,27 @@ class MemoryRows:
         m = self.m
         return or_(m.c.expires_at.is_(None), m.c.expires_at > now)
 
-    def within(self, namespace: str) -> ColumnElement[bool]:
+    def within(self, namespace: str, table: Table | None = None) -> ColumnElement[bool]:
         """In ``namespace`` or under it (labels compared whole, LIKE-free: ``%``, ``_``
-        and ``*`` match only themselves)."""
-        m = self.m
+        and ``*`` match only themselves); of ``table``'s ``namespace`` (None:
+        ``memories``')."""
+        column = (self.m if table is None else table).c.namespace
         under = namespace + "."
         return or_(
-            m.c.namespace == namespace,
-            func.substr(m.c.namespace, 1, len(under)) == bindparam(None, under, type_=String()),
+            column == namespace,
+            func.substr(column, 1, len(under)) == bindparam(None, under, type_=String()),
         )
+
+    def revision_scope(self, users: Any, namespace: str | None) -> list[ColumnElement[bool]]:
+        """The clauses of the ``memory_revisions`` rows of a search's scope: the user's
+        (None: every user's), in the namespace or under it (None or "": any)."""
+        r = self.r
+        clauses: list[ColumnElement[bool]] = []
+        if users is not None:
+            clauses.append(r.c.user_id == users)
+        if namespace:
+            clauses.append(self.within(namespace, r))
+        return clauses
 
     def scope(
         self, user_id: Any, namespace: str | None, now: datetime, *, exact: bool = False

@@ -30,14 +30,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import (
-    String,
-    bindparam,
     delete,
-    func,
     insert,
     literal_column,
     null,
-    or_,
     select,
     union_all,
 )
@@ -231,18 +227,7 @@ class Vectors:
     async def revisions(self, conn: AsyncConnection, users: Any, namespace: str | None) -> Any:
         """The revisions of the scope's (user, namespace) rows, as one comparable value."""
         r = self.rows.r
-        clauses: list[Any] = []
-        if users is not None:
-            clauses.append(r.c.user_id == users)
-        if namespace:
-            under = namespace + "."
-            clauses.append(
-                or_(
-                    r.c.namespace == namespace,
-                    func.substr(r.c.namespace, 1, len(under))
-                    == bindparam(None, under, type_=String()),
-                )
-            )
+        clauses = self.rows.revision_scope(users, namespace)
         found = await conn.execute(select(r.c.user_id, r.c.namespace, r.c.revision).where(*clauses))
         return frozenset((str(u), ns, int(rev)) for u, ns, rev in found)
 
