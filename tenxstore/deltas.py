@@ -203,6 +203,7 @@ class Bases:
 
     def __init__(self, max_entries: int = 4096, max_bytes: int = 64 << 20) -> None:
         self._entries: OrderedDict[tuple[Any, str, str], Base] = OrderedDict()
+        self._spaces: dict[tuple[Any, str], set[str]] = {}  # (thread, ns): its channels
         self._bytes = 0
         self._max_entries, self._max_bytes = max_entries, max_bytes
         self._lock = threading.Lock()
@@ -215,24 +216,42 @@ class Bases:
                 self._entries.move_to_end(key)
             return found
 
+    def held(self, thread_id: Any, ns: str) -> dict[str, Base]:
+        """The remembered values of a thread's namespace, ``{channel: Base}`` (a copy:
+        what a read asked the database about, whatever is remembered meanwhile)."""
+        with self._lock:
+            channels = self._spaces.get((thread_id, ns), ())
+            return {ch: self._entries[(thread_id, ns, ch)] for ch in channels}
+
     def put(self, key: tuple[Any, str, str], base: Base) -> None:
         """Remember a channel's value (one too large for the budget is not kept)."""
         with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._bytes -= len(old.value)
+            self._drop(key)
             if len(base.value) > self._max_bytes // 4:
                 return
             self._entries[key] = base
+            self._spaces.setdefault((key[0], key[1]), set()).add(key[2])
             self._bytes += len(base.value)
             while self._entries and (
                 len(self._entries) > self._max_entries or self._bytes > self._max_bytes
             ):
-                _, dropped = self._entries.popitem(last=False)
-                self._bytes -= len(dropped.value)
+                self._drop(next(iter(self._entries)))
 
     def forget(self, match: Callable[[tuple[Any, str, str]], bool]) -> None:
         """Drop the entries whose key matches (a thread deleted, copied over...)."""
         with self._lock:
             for key in [k for k in self._entries if match(k)]:
-                self._bytes -= len(self._entries.pop(key).value)
+                self._drop(key)
+
+    def _drop(self, key: tuple[Any, str, str]) -> None:
+        """Forget one entry, if remembered (the lock is held)."""
+        old = self._entries.pop(key, None)
+        if old is None:
+            return
+        self._bytes -= len(old.value)
+        space = (key[0], key[1])
+        channels = self._spaces.get(space)
+        if channels is not None:
+            channels.discard(key[2])
+            if not channels:
+                del self._spaces[space]

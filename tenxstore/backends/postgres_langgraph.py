@@ -19,7 +19,6 @@ from sqlalchemy import (
     LargeBinary,
     String,
     Text,
-    and_,
     bindparam,
     cast,
     exists,
@@ -194,41 +193,48 @@ class _Statements:
 
     def bases_found(self) -> Any:
         """How many of the bases the put's deltas extend (``bc``, ``bv``, ``bu``) are
-        stored, each by its uid."""
-        b = self.b
+        stored, each by its uid.
+
+        Each base is looked up by its key (a correlated subquery per base, which the
+        planner runs as an index probe and never turns into a scan of the namespace's
+        values: a join here was planned, on a table without statistics, as a scan of
+        every value of the thread for every put)."""
         bases = (
             func.unnest(_array("bc", Text()), _array("bv", Text()), _array("bu", BigInteger()))
             .table_valued("channel", "version", "uid")
             .render_derived(name="bases")
         )
+        stored = self._stored(bases, self.b.c.uid)
         return (
-            select(func.count())
-            .select_from(b)
-            .join(
-                bases,
-                and_(
-                    b.c.channel == bases.c.channel,
-                    b.c.version == bases.c.version,
-                    b.c.uid == bases.c.uid,
-                ),
-            )
-            .where(b.c.thread_id == self.thread, b.c.checkpoint_ns == self.ns)
-            .scalar_subquery()
+            select(func.count()).select_from(bases).where(stored == bases.c.uid).scalar_subquery()
         )
 
     def none_taken(self) -> Any:
-        """Whether none of the versions given (``ch``, ``ver``) is stored already."""
-        b = self.b
+        """Whether none of the versions given (``ch``, ``ver``) is stored already (each
+        looked up by its key, as in :meth:`bases_found`)."""
         taken = (
             func.unnest(_array("ch", Text()), _array("ver", Text()))
             .table_valued("channel", "version")
             .render_derived(name="taken")
         )
         # a version stored already is replaced: the locked path's work
-        return ~exists(
-            select(b.c.version)
-            .join(taken, and_(b.c.channel == taken.c.channel, b.c.version == taken.c.version))
-            .where(b.c.thread_id == self.thread, b.c.checkpoint_ns == self.ns)
+        stored = self._stored(taken, self.b.c.version)  # a key column: never NULL
+        return ~exists(select(taken.c.version).where(stored.is_not(None)))
+
+    def _stored(self, given: Any, column: Any) -> Any:
+        """``column`` of the value stored at ``given``'s channel and version (NULL:
+        none), one index probe a row of ``given``."""
+        b = self.b
+        return (
+            select(column)
+            .where(
+                b.c.thread_id == self.thread,
+                b.c.checkpoint_ns == self.ns,
+                b.c.channel == given.c.channel,
+                b.c.version == given.c.version,
+            )
+            .correlate(given)
+            .scalar_subquery()
         )
 
     def new_checkpoint(self, cas: Any, parent_id: Any) -> Any:
@@ -430,7 +436,8 @@ class _Statements:
 
     def chain(self, cp: Any) -> Any:
         """``chain``: the rows of the checkpoint's values, each followed down its
-        bases (recursive, cut at :data:`LONGEST`)."""
+        bases (recursive, cut at :data:`LONGEST`) unless the reader holds it (``kc``,
+        ``kv``, ``ku``: the channels, versions and uids of the values it holds)."""
         pairs = (
             func.jsonb_each_text(cast(cp.c.versions, JSONB))
             .table_valued("key", "value")
@@ -445,11 +452,25 @@ class _Statements:
             .cte("chain", recursive=True)
         )
         following = self.blob(chain.c.channel, chain.c.base, "following")
+        known = (
+            func.unnest(_array("kc", Text()), _array("kv", Text()), _array("ku", BigInteger()))
+            .table_valued("channel", "version", "uid")
+            .render_derived(name="known")
+        )
+        # a value the reader holds already (its channel, version and uid) is not
+        # followed down its bases: the reader rebuilds it from what it holds
+        held = exists(
+            select(known.c.uid).where(
+                known.c.channel == chain.c.channel,
+                known.c.version == chain.c.version,
+                known.c.uid == chain.c.uid,
+            )
+        )
         return chain.union_all(
             select(*(following.c[column] for column in BLOB_COLUMNS), chain.c.depth + 1)
             .select_from(chain)
             .join(following, true())
-            .where(chain.c.depth < LONGEST)  # a damaged table's cycle ends here
+            .where(chain.c.depth < LONGEST, ~held)  # a damaged table's cycle ends at LONGEST
         )
 
     def values_of(self, chain: Any) -> Any:

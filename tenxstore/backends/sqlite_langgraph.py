@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from sqlalchemy import (
     Integer,
     String,
     and_,
     bindparam,
+    cast,
     exists,
     func,
     insert,
@@ -166,7 +168,12 @@ class OneHop:
             record[f"w_{name}"] = [w[i] for w in writes]
         blobs = []
         if record["versions"] is not None:
-            blobs = run(cursor, self.chain, {**v, "versions": record["versions"]}).fetchall()
+            known = orjson.dumps(
+                {c: f"{ver}:{uid}" for c, ver, uid in zip(v["kc"], v["kv"], v["ku"], strict=True)}
+            ).decode()
+            blobs = run(
+                cursor, self.chain, {**v, "versions": record["versions"], "known": known}
+            ).fetchall()
         for i, name in enumerate(BLOB_COLUMNS):
             record[f"b_{name}"] = [r[i] for r in blobs]
         return record
@@ -349,7 +356,7 @@ class _Statements:
 
     def chain(self) -> DriverStatement:
         """The rows of the values ``versions`` names, each followed down its bases
-        (recursive, cut at :data:`LONGEST`)."""
+        (recursive, cut at :data:`LONGEST`) unless the reader holds it (``known``)."""
         b, thread, ns = self.b, self.thread_id, self.ns
         pairs = func.json_each(bindparam("versions", type_=String())).table_valued("key", "value")
         first = select(*(b.c[name] for name in BLOB_COLUMNS)).join(
@@ -359,6 +366,15 @@ class _Statements:
         first = first.where(b.c.thread_id == thread, b.c.checkpoint_ns == ns)
         chain = first.add_columns(literal(0).label("depth")).cte("chain", recursive=True)
         step = b.alias("step")
+        # a value the reader holds (``known``: {channel: "version:uid"}) is not followed
+        # down its bases: the reader rebuilds it from what it holds
+        known = func.json_each(bindparam("known", type_=String())).table_valued("key", "value")
+        held = exists(
+            select(known.c.key).where(
+                known.c.key == chain.c.channel,
+                known.c.value == chain.c.version + ":" + cast(chain.c.uid, String()),
+            )
+        )
         chain = chain.union_all(
             select(*(step.c[name] for name in BLOB_COLUMNS), chain.c.depth + 1)
             .join(
@@ -370,6 +386,6 @@ class _Statements:
                     step.c.version == chain.c.base,
                 ),
             )
-            .where(chain.c.depth < LONGEST)  # a damaged table's cycle ends here
+            .where(chain.c.depth < LONGEST, ~held)  # a damaged table's cycle ends at LONGEST
         )
         return self.compiled(select(*(chain.c[name] for name in BLOB_COLUMNS)))

@@ -9,7 +9,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import (
+    case,
     func,
+    null,
     select,
     tuple_,
 )
@@ -17,7 +19,7 @@ from sqlalchemy import (
 from ..backends.records import LangGraphFastPath
 from ..config import RunIds
 from ..crypto import BLOB, life_of, open_typed
-from ..deltas import Base, BrokenChain, Stored, rebuild
+from ..deltas import MAX_DEPTH, Base, BrokenChain, Stored, rebuild
 from ..errors import SerializationError
 from ..serde import decode
 from .columns import BLOB_COLUMNS, write_order
@@ -184,8 +186,18 @@ class Reads(TablesCore):
     ) -> list[tuple[Any, list[Any], dict[str, tuple[str, bytes]]]]:
         """One checkpoint (the head when no id is given) with its writes and values, in
         one round trip."""
+        held = self._bases.held(ids.thread_id, ns)
         found = await one.read(
-            ids.isolated, {"t": ids.thread_id, "ns": ns, "u": ids.user_id, "id": checkpoint_id}
+            ids.isolated,
+            {
+                "t": ids.thread_id,
+                "ns": ns,
+                "u": ids.user_id,
+                "id": checkpoint_id,
+                "kc": list(held),
+                "kv": [base.version for base in held.values()],
+                "ku": [base.uid for base in held.values()],
+            },
         )
         if found is None:
             return []
@@ -210,7 +222,12 @@ class Reads(TablesCore):
         values: dict[str, tuple[str, bytes]] = {}
         if row.versions is not None:
             values = self._rebuilt(
-                row.thread_id, ns, decode(row.versions), stored, learn=checkpoint_id is None
+                row.thread_id,
+                ns,
+                decode(row.versions),
+                stored,
+                learn=checkpoint_id is None,
+                held=held,
             )
         return [(row, writes, values)]
 
@@ -222,14 +239,25 @@ class Reads(TablesCore):
         stored: dict[str, dict[str, Stored]],
         *,
         learn: bool,
+        held: dict[str, Base] | None = None,
     ) -> dict[str, tuple[str, bytes]]:
         """A checkpoint's values ``{channel: (type, bytes)}`` from the rows of their
-        chains (``learn``: remember them as the next versions' bases)."""
+        chains (``learn``: remember them as the next versions' bases), or from the
+        values the process ``held`` when the stored row is the one held (its
+        version and uid: the read did not fetch such a value's chain)."""
         values: dict[str, tuple[str, bytes]] = {}
         for channel, version in versions.items():
             rows = stored.get(channel)
             if not rows or version not in rows:
                 continue  # a channel without a value
+            mine = held.get(channel) if held else None
+            on_chain = mine is not None and _on_chain(rows, version, mine)
+            if on_chain and mine is not None:
+                if mine.version == version:
+                    values[channel] = (mine.type, mine.value)
+                    continue
+                # the chain is read down to the value held (no further): start from it
+                rows = {**rows, mine.version: Stored(mine.type, mine.value, uid=mine.uid)}
             try:
                 kind, data, depth, tails = rebuild(rows, version)
             except BrokenChain as exc:
@@ -237,6 +265,8 @@ class Reads(TablesCore):
                     f"thread {thread_id!r}: the value of channel {channel!r} at version "
                     f"{version} cannot be rebuilt: {exc}"
                 ) from exc
+            if on_chain and mine is not None:  # the depth and tails of the whole chain
+                depth, tails = depth + mine.depth, tails + mine.tails
             values[channel] = (kind, data)
             if learn and rows[version].uid:  # uid 0: migrated or imported, not unique
                 base = Base(version, rows[version].uid, kind, data, depth, tails)
@@ -265,12 +295,20 @@ class Reads(TablesCore):
             named.append((row, versions))
             wanted.setdefault((row.thread_id, row.checkpoint_ns), set()).update(versions.items())
         found: dict[tuple[Any, str], dict[str, dict[str, Stored]]] = {}
+        held: dict[tuple[Any, str], dict[str, Base]] = {}
         for (thread_id, ns), pairs in wanted.items():
             ordered = sorted(pairs)
             space = found.setdefault((thread_id, ns), {})
+            mine = held[(thread_id, ns)] = self._bases.held(thread_id, ns) if learn else {}
             for start in range(0, len(ordered), BATCH):
                 batch = ordered[start : start + BATCH]
-                keys = select(b.c.channel, b.c.version, b.c.base).where(
+                base: Any = b.c.base
+                if mine:  # a value the process holds is not followed down its bases
+                    known = [(ch, x.version, x.uid) for ch, x in mine.items()]
+                    base = case(
+                        (tuple_(b.c.channel, b.c.version, b.c.uid).in_(known), null()), else_=base
+                    )
+                keys = select(b.c.channel, b.c.version, base.label("base")).where(
                     b.c.thread_id == thread_id,
                     b.c.checkpoint_ns == ns,
                     tuple_(b.c.channel, b.c.version).in_(batch),
@@ -284,5 +322,23 @@ class Reads(TablesCore):
         for row, versions in named:
             t, ns = row.thread_id, row.checkpoint_ns
             stored = found.get((t, ns), {})
-            values[(t, ns, row.checkpoint_id)] = self._rebuilt(t, ns, versions, stored, learn=learn)
+            values[(t, ns, row.checkpoint_id)] = self._rebuilt(
+                t, ns, versions, stored, learn=learn, held=held.get((t, ns))
+            )
         return values
+
+
+def _on_chain(rows: dict[str, Stored], version: str, held: Base) -> bool:
+    """Whether the value ``held`` is on the chain of ``version`` in ``rows`` (its row
+    there, with its uid): the chain's rows below it were not read."""
+    at: str | None = version
+    for _ in range(4 * MAX_DEPTH):
+        if at is None:
+            return False
+        row = rows.get(at)
+        if row is None:
+            return False
+        if at == held.version:
+            return row.uid == held.uid
+        at = row.base
+    return False

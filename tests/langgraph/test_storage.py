@@ -292,6 +292,67 @@ async def test_a_delta_is_written_only_on_the_row_it_was_made_from(
         assert [m.content for m in state.values["messages"]] == expected
 
 
+async def test_a_value_held_is_read_only_from_its_own_row(sql_backend: Backend) -> None:
+    """A read of the head does not fetch the chain of a value the process holds (its
+    last write or read of the channel): only down to it, by its version and uid. So a
+    process that fell behind (another wrote turns on top of its value) reads the rest
+    of the chain, and one whose thread was deleted and written again under versions
+    of the same names (other rows, other uids) reads the new rows, never its own."""
+
+    class Counting(TenxCheckpointSaver):
+        def get_next_version(self, current: Any, channel: None = None) -> Any:
+            return (current or 0) + 1
+
+    operator = AuthPolicy(enforce_user_isolation=False)
+    behind = Counting(await sql_backend.make(), auth_policy=operator)
+    other = Counting(await sql_backend.make(), auth_policy=operator)
+    for n in range(3):
+        await chat(behind).ainvoke({"messages": [HumanMessage(f"b{n}", id=f"b{n}")]}, run())
+    for n in range(3):  # on top of what ``behind`` holds: deltas of its value
+        await chat(other).ainvoke({"messages": [HumanMessage(f"o{n}", id=f"o{n}")]}, run())
+
+    async def seen(saver: Any) -> list[Any]:
+        state = await chat(saver).aget_state(run())
+        return [m.content for m in state.values["messages"]]
+
+    expected = [x for n in range(6) for x in ([f"b{n}"] if n < 3 else [f"o{n - 3}"])]
+    expected = [x for i, h in enumerate(expected) for x in (h, f"reply to {2 * i + 1}")]
+    assert await seen(behind) == expected
+    await chat(behind).ainvoke({"messages": [HumanMessage("b3", id="b3")]}, run())
+    expected += ["b3", "reply to 13"]
+    fresh = Counting(await sql_backend.make(), auth_policy=operator)
+    assert await seen(fresh) == await seen(other) == await seen(behind) == expected
+    held = await behind.aget_tuple(run())
+    # deleted and written again, the same number of turns: the same version names
+    await other.adelete_thread("t")
+    for n in range(7):
+        await chat(other).ainvoke({"messages": [HumanMessage(f"n{n}", id=f"n{n}")]}, run())
+    head = await other.aget_tuple(run())
+    assert held is not None and head is not None
+    assert head.checkpoint["channel_versions"] == held.checkpoint["channel_versions"]
+    anew = [x for n in range(7) for x in (f"n{n}", f"reply to {2 * n + 1}")]
+    assert await seen(behind) == await seen(fresh) == anew
+
+
+async def test_a_chain_read_from_a_value_held_keeps_its_bound(
+    sql_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A value rebuilt from one held counts the whole chain's depth: the next delta
+    after ``MAX_DEPTH`` of them, by whichever process, is a whole value again."""
+    monkeypatch.setattr(tenxstore.deltas, "MAX_DEPTH", 3)
+    operator = AuthPolicy(enforce_user_isolation=False)
+    savers = [TenxCheckpointSaver(await sql_backend.make(), auth_policy=operator) for _ in "ab"]
+    for n in range(12):  # turns by turns, each process behind by one turn
+        saver = savers[n % 2]
+        await chat(saver).ainvoke({"messages": [HumanMessage(f"m{n}", id=f"m{n}")]}, run())
+    rows = {r.version: r.base for r in await blob_rows(savers[0].checkpointer, sql_backend)}
+    for version in rows:
+        depth, at = 0, rows[version]
+        while at is not None:
+            depth, at = depth + 1, rows[at]
+        assert depth <= 3, f"{version}: {depth} deltas in a row"
+
+
 async def waiting_for_a_lock(pg_url: str, count: int) -> None:
     """Until ``count`` sessions of the test database wait for a lock (polled; no
     sleeps)."""

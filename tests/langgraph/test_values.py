@@ -23,6 +23,7 @@ from sqlalchemy import select, update
 
 from tenxstore import ConfigError, SerializationError, archive
 from tenxstore.crypto import BLOB, life_of
+from tenxstore.deltas import new_uid
 from tenxstore.langgraph import TenxCheckpointSaver
 from tenxstore.langgraph.values import check_value
 from tests.conftest import Backend
@@ -138,7 +139,9 @@ async def test_a_stored_value_naming_a_callable_is_never_called(
         changed = await conn.execute(
             update(b)
             .where(b.c.thread_id == "lg", b.c.channel == "messages")
-            .values(type=kind, blob=data, base=None, splice=None, skip=None)
+            # a row of its own (tenxstore never rewrites a row under its uid: a process
+            # that wrote or read the row's value serves it from what it holds)
+            .values(type=kind, blob=data, base=None, splice=None, skip=None, uid=new_uid())
         )
         assert changed.rowcount >= 1
     found = await saver.aget_tuple(alice("lg"))
