@@ -119,3 +119,10 @@ def test_encryption_overhead_smoke() -> None:
     for database in ("PostgreSQL", "SQLite file"):
         assert f"\n{database}: median of 1 run(s)" in printed
     assert printed.count("the floor read's opening costs") == 2
+
+
+def test_round_trips_smoke() -> None:
+    """One round trip on each system, and the table of them."""
+    printed = run_benchmark("round_trips.py", "--rounds", "1", "--calls", "5")
+    rows = [line.split(" | ")[0] for line in printed.splitlines()[2:]]
+    assert rows == ["| pg select", "| pg insert+commit", "| redis get", "| redis evalsha"]
