@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .backends import PoolMode, async_url
 from .backends.asyncpg_pool import engine_from_asyncpg_pool
+from .backends.pgoptions import several_hosts
 from .cache import DEFAULT_KEY_PREFIX, CachedCheckpointer
 from .crypto import KeyRing
 from .errors import ConfigError
@@ -49,7 +50,7 @@ def _pg_target(
         if not isinstance(postgres_dsn, str):
             raise ConfigError(f"postgres_dsn must be a str, not {type(postgres_dsn).__name__}")
         try:
-            backend = make_url(postgres_dsn).get_backend_name()
+            backend = make_url(several_hosts(postgres_dsn)).get_backend_name()
         except (ArgumentError, ValueError):  # ValueError: a port that is not a number
             raise ConfigError(f"not a database URL: {masked_url(postgres_dsn)!r}") from None
         if backend not in ("postgresql", "postgres"):

@@ -185,6 +185,12 @@ def _required(what: str) -> None:
     pytest.skip(f"{what} is not installed")
 
 
+def require_path(what: str, path: str | Path) -> None:
+    """A file the tests need (a server binary): fail under CI, skip elsewhere."""
+    if not Path(path).exists():
+        _required(f"{what} ({path})")
+
+
 def require_modules(extra: str, *modules: str) -> None:
     """Modules of an optional extra that a test needs: fail under CI (where .ci/run
     installs the extra), skip elsewhere, naming the extra that brings them."""

@@ -23,6 +23,7 @@ from ..validate import masked_url
 from .base import DEFAULT_LOCK_TIMEOUT_S, Backend, DialectName
 from .mysql import MysqlBackend
 from .pgbouncer import PgBouncerBackend, transaction_pooling_args
+from .pgoptions import several_hosts
 from .postgres import PostgresBackend
 from .sqlite import MemoryBackend, SqliteBackend, is_memory
 
@@ -48,7 +49,9 @@ def async_url(url: str | URL) -> URL:
         ConfigError: The URL is not PostgreSQL, SQLite, MySQL or MariaDB.
     """
     try:
-        parsed = make_url(url)
+        parsed = make_url(several_hosts(url) if isinstance(url, str) else url)
+    except ConfigError:
+        raise
     except Exception as exc:  # sqlalchemy raises ArgumentError; any parse failure is bad input
         raise ConfigError(f"not a database URL: {masked_url(url)!r}") from exc
     backend = parsed.get_backend_name()

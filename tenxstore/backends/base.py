@@ -516,6 +516,8 @@ class Backend(ABC):
             )
         if self.is_deadlock(exc) and not committing:
             return self.deadlocked()
+        if self.is_read_only(exc):
+            return self.read_only()
         if self.is_lock_timeout(exc):
             return self.lock_timed_out()
         if self.is_cancelled(exc):
@@ -525,6 +527,20 @@ class Backend(ABC):
     def is_deadlock(self, exc: DBAPIError) -> bool:
         """Whether the server broke a deadlock by rolling this transaction back."""
         return False
+
+    def is_read_only(self, exc: DBAPIError) -> bool:
+        """Whether the server refused a write because it is read-only (a standby)."""
+        return False
+
+    def read_only(self) -> DatabaseUnavailable:
+        """A write refused by a read-only server (logged as a WARNING)."""
+        where = self.describe()
+        log.warning("the database %s is read-only (a standby?): a write was refused", where)
+        return DatabaseUnavailable(
+            f"cannot write to the database {where}: it is read-only (a standby, or a primary "
+            "being demoted); nothing was written. Point the URL at the primary, or name every "
+            "node with target_session_attrs=read-write (postgresql://u@h1:5432,h2:5432/db)"
+        )
 
     def deadlocked(self) -> Deadlock:
         """A deadlock: the server rolled the transaction back (nothing was written)."""

@@ -42,6 +42,7 @@ OPENING_ERRORS: tuple[type[BaseException], ...] = (
     asyncio.TimeoutError,
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
+    asyncpg.TargetServerAttributeNotMatched,  # several hosts, none of them the primary
 )
 
 
@@ -90,6 +91,11 @@ def refusal(exc: BaseException) -> str | None:
         return "connection refused: is the server running, and on this host and port?"
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return "timed out: the server does not answer (a firewall, a wrong host?)"
+    if any(isinstance(seen, asyncpg.TargetServerAttributeNotMatched) for seen in causes(exc)):
+        return (
+            "no host of the URL is what target_session_attrs asks for (no primary now: "
+            "a failover under way?): try again shortly"
+        )
     state = _sqlstate(exc)
     if state in _REFUSALS:
         return _REFUSALS[state]

@@ -18,6 +18,13 @@ asyncpg the way asyncpg takes it:
 * what SQLAlchemy itself reads stays (``host`` for several hosts or a socket
   directory, ``prepared_statement_cache_size``).
 
+Several hosts are named as libpq names them — ``postgresql://h1:5432,h2:5432/db``
+(:func:`several_hosts` turns that into SQLAlchemy's ``?host=h1:5432&host=h2:5432``,
+which is accepted as well) — and asyncpg tries them in order. With several hosts and
+no ``target_session_attrs``, tenxstore asks for ``read-write`` (libpq's default is
+``any``, which would settle for a standby and fail every write): the node that is the
+primary now, whichever it is.
+
 Anything else is refused with :class:`~tenxstore.errors.ConfigError` naming the
 option, before any I/O — never a raw ``TypeError`` on the first call.
 """
@@ -32,7 +39,7 @@ from sqlalchemy.engine import URL
 
 from ..errors import ConfigError
 
-__all__ = ["asyncpg_options"]
+__all__ = ["asyncpg_options", "several_hosts"]
 
 _THROUGH_DSN = frozenset(
     (
@@ -94,6 +101,39 @@ def _settings(options: str) -> dict[str, str]:
     return found
 
 
+def several_hosts(url: str) -> str:
+    """A libpq URL naming several hosts (``postgresql://u@h1:5432,h2:5433/db?...``) as
+    SQLAlchemy names them (``postgresql://u@/db?host=h1:5432&host=h2:5433&...``); any
+    other URL as it is.
+
+    Raises:
+        ConfigError: A host of the list is empty, or its port is not a number.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.split("+")[0] not in ("postgresql", "postgres"):
+        return url
+    ends = [i for i in (rest.find("/"), rest.find("?")) if i >= 0]
+    end = min(ends) if ends else len(rest)
+    authority, tail = rest[:end], rest[end:]
+    user, at, hosts = authority.rpartition("@")
+    if "," not in hosts:
+        return url
+    named = []
+    for host in hosts.split(","):
+        name, colon, port = host.rpartition(":") if not host.endswith("]") else ("", "", "")
+        if not colon:
+            name, port = host, ""
+        if not name or (port and not port.isdigit()) or (colon and not port):
+            raise ConfigError(
+                f"the URL names the hosts {hosts!r}: each must be host or host:port "
+                "(postgresql://u@h1:5432,h2:5432/db)"
+            )
+        named.append(("host", host))
+    path, _, query = tail.partition("?")
+    joined = urlencode(named, safe=":[]")
+    return f"{scheme}://{user}{at}{path or '/'}?{joined}" + (f"&{query}" if query else "")
+
+
 def asyncpg_options(url: URL) -> tuple[URL, dict[str, Any]]:
     """A PostgreSQL URL without the libpq options asyncpg cannot take as keywords, and
     the ``connect_args`` that say them to asyncpg.
@@ -135,6 +175,9 @@ def asyncpg_options(url: URL) -> tuple[URL, dict[str, Any]]:
                 f"{', '.join(sorted(_ACCEPTED))} (engine_options={{'connect_args': {{...}}}} "
                 "passes anything to asyncpg)"
             )
+    several = kept.get("host")
+    if isinstance(several, tuple) and len(several) > 1:
+        dsn.setdefault("target_session_attrs", "read-write")  # the primary, wherever it is
     if dsn:
         args["dsn"] = "postgresql://?" + urlencode(dsn)
     if settings:

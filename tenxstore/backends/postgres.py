@@ -71,6 +71,8 @@ _LOCK_NOT_AVAILABLE = "55P03"
 _DEADLOCK_DETECTED = "40P01"
 #: A statement cancelled (``pg_cancel_backend``, ``statement_timeout``).
 _QUERY_CANCELED = "57014"
+#: read_only_sql_transaction: a write sent to a standby (or a primary being demoted).
+_READ_ONLY = "25006"
 #: How often (ms) the server looks whether the client of a running statement is
 #: still there (``client_connection_check_interval``, PostgreSQL 14+).
 CLIENT_CHECK_MS = 1000
@@ -394,6 +396,8 @@ class PostgresBackend(Backend):
             return self.lock_timed_out()
         if getattr(exc, "sqlstate", None) == _QUERY_CANCELED:
             return self.cancelled(committing=False)  # one statement: nothing applied
+        if getattr(exc, "sqlstate", None) == _READ_ONLY:
+            return self.read_only()
         return exc
 
     @classmethod
@@ -445,6 +449,9 @@ class PostgresBackend(Backend):
 
     def is_deadlock(self, exc: DBAPIError) -> bool:
         return getattr(exc.orig, "sqlstate", None) == _DEADLOCK_DETECTED
+
+    def is_read_only(self, exc: DBAPIError) -> bool:
+        return getattr(exc.orig, "sqlstate", None) == _READ_ONLY
 
     async def snapshot_options(self, conn: AsyncConnection) -> None:
         await conn.execution_options(isolation_level="REPEATABLE READ")

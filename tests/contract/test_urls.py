@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 
 import tenxstore
 from tenxstore import CheckpointRepository, ConfigError, ToolExecutionMismatch
 from tenxstore.validate import masked_url
 from tests.conftest import cfg
+from tests.servers import free_port
 
 SECRET = "s3cr3t-Pa55"
 
@@ -23,6 +24,9 @@ BAD_URLS = [
     f"postgresql://app:{SECRET}@127.0.0.1/test?sslmode=sometimes",
     f"postgresql://app:{SECRET}@127.0.0.1/test?connect_timeout=soon",
     f"postgresql://app:{SECRET}@127.0.0.1/test?sslmode=require&sslmode=disable",
+    f"postgresql://app:{SECRET}@h1:54x2,h2:5432/test",  # several hosts, a typo in one
+    f"postgresql://app:{SECRET}@,h2:5432/test",  # an empty host
+    f"postgresql://app:{SECRET}@h1:,h2/test",
 ]
 
 
@@ -96,6 +100,31 @@ async def test_libpq_options_reach_asyncpg(pg_url: str, pg_schema: str) -> None:
         assert await _setting(repo, "statement_timeout") == "4500ms"
         assert await _setting(repo, "search_path") == "elsewhere"
         assert await _setting(repo, "ssl") in ("off", "on")  # the server's, not an error
+
+
+@pytest.mark.parametrize("form", ["commas", "query"])
+async def test_several_hosts_reach_the_one_that_answers(
+    pg_url: str, pg_schema: str, form: str
+) -> None:
+    """libpq's several hosts (``h1:p1,h2:p2``) and SQLAlchemy's (``?host=h1:p1&host=...``)
+    both work: a host that refuses is passed over. With none answering, the error is
+    ``DatabaseUnavailable`` naming them (a standby-only list: tests/scale/test_failover.py)."""
+    url = make_url(pg_url)
+    dead = f"127.0.0.1:{free_port()}"
+    live = f"{url.host}:{url.port or 5432}"
+    who = f"{url.username}@" if url.username else ""
+    if form == "commas":
+        several = f"postgresql://{who}{dead},{live}/{url.database}"
+    else:
+        several = f"postgresql://{who}/{url.database}?host={dead}&host={live}"
+    async with CheckpointRepository(several, schema=pg_schema) as repo:
+        await repo.asetup()
+        await repo.aput_state(cfg(), {"ok": True})
+        assert await repo.aget_state(cfg()) == {"ok": True}
+    nobody = f"postgresql://{who}{dead},127.0.0.1:{free_port()}/{url.database}"
+    async with CheckpointRepository(nobody, schema=pg_schema) as repo:
+        with pytest.raises(tenxstore.DatabaseUnavailable, match="connection refused"):
+            await repo.aget_state(cfg())
 
 
 async def test_tls_required_of_a_server_without_it_is_our_error(pg_url: str) -> None:
