@@ -249,7 +249,7 @@ class PgPair:
         except (RuntimeError, subprocess.TimeoutExpired):
             return None
 
-    def _wait_sql(self, name: str, statement: str, expected: str, what: str) -> None:
+    def wait_sql(self, name: str, statement: str, expected: str, what: str) -> None:
         """Poll ``statement`` on ``name`` until it prints ``expected``."""
         try:
             poll(lambda: self._sql_or_none(name, statement) == expected, what)
@@ -270,7 +270,7 @@ class PgPair:
                 "ALTER SYSTEM SET synchronous_commit = on",
             )
         self.sql(primary, "SELECT pg_reload_conf()")
-        self._wait_sql(
+        self.wait_sql(
             primary,
             "SHOW synchronous_standby_names",
             standby or "",
@@ -380,7 +380,7 @@ class PgPair:
         if name is None:
             raise RuntimeError("no standby to promote")
         self._pg_ctl("promote", name, "-w", "-t", str(int(WAIT)))
-        self._wait_sql(name, "SELECT pg_is_in_recovery()", "f", f"node {name} leaving recovery")
+        self.wait_sql(name, "SELECT pg_is_in_recovery()", "f", f"node {name} leaving recovery")
         self.primary, self.standby = name, None
         self._set_sync_standby(None)  # before a commit: none may wait for a gone standby
         self.sql(name, "SELECT txid_current()")  # a transaction id: it accepts writes

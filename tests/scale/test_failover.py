@@ -206,6 +206,18 @@ async def writes_between(ledger: Ledger, count: int) -> None:
         await ledger.progress.wait()
 
 
+async def lost_on(pair: PgPair, acked: dict[str, dict[int, Any]]) -> list[tuple[str, int]]:
+    """The acknowledged ``(thread, version)`` the current primary does not hold as
+    acknowledged, read by a store that knows nothing of the run."""
+    missing = []
+    async with CheckpointRepository(pair.url(pair.primary)) as check:
+        for thread, versions in acked.items():
+            config = {"configurable": {"thread_id": thread, "user_id": "u"}}
+            stored = {s.version: s.state for s in await check.alist_states(config, 100_000)}
+            missing += [(thread, v) for v, state in versions.items() if stored.get(v) != state]
+    return missing
+
+
 async def test_a_failover_under_load_loses_nothing_acknowledged(pair: PgPair) -> None:
     url = f"{pair.multi_host_url()}&connect_timeout={CONNECT_TIMEOUT:g}"
     repo = CheckpointRepository(url, lock_timeout=LOCK_TIMEOUT, state_history_limit=100_000)
@@ -236,19 +248,9 @@ async def test_a_failover_under_load_loses_nothing_acknowledged(pair: PgPair) ->
         ended = await asyncio.gather(*tasks, return_exceptions=True)
     assert [e for e in ended if e is not None] == []  # no worker died of an untyped error
     # On the surviving primary, with a store that knows nothing of the run.
-    lost, missing = 0, []
+    missing = await lost_on(pair, ledger.acked)
+    lost = len(missing)
     async with CheckpointRepository(pair.url(pair.primary)) as check:
-        for thread, acked in ledger.acked.items():
-            stored = {
-                s.version: s.state
-                for s in await check.alist_states(
-                    {"configurable": {"thread_id": thread, "user_id": "u"}}, limit=100_000
-                )
-            }
-            for version, state in acked.items():
-                if stored.get(version) != state:
-                    lost += 1
-                    missing.append((thread, version))
         done = 0
         for call, result in ledger.tools_done.items():
             stored = await check.aget_tool_execution(
@@ -308,5 +310,45 @@ async def test_a_standby_is_never_written_to(tmp_path: Path) -> None:
                     await repo.aput_checkpoint(config, {"n": 1})
         async with CheckpointRepository(nodes.url(nodes.primary)) as primary:
             assert await primary.aget_state(config) is None
+    finally:
+        nodes.stop()
+
+
+async def test_an_asynchronous_standby_loses_what_it_had_not_received(tmp_path: Path) -> None:
+    """The window of asynchronous replication, made wide: the standby's stream is cut,
+    writes go on being acknowledged by the primary alone, the primary dies and the
+    standby is promoted. Exactly those writes are lost, and the check above counts
+    them (it can fail)."""
+    if not available():
+        services.require_path("PostgreSQL 15's server programs", PG_BIN / "pg_rewind")
+    nodes = PgPair(tmp_path, synchronous=False)
+    try:
+        nodes.start()
+        standby = nodes.standby
+        assert standby is not None
+        repo = CheckpointRepository(nodes.multi_host_url(), state_history_limit=1000)
+        await repo.asetup()
+        config: dict[str, Any] = {"configurable": {"thread_id": "t", "user_id": "u"}}
+        acked: dict[str, dict[int, Any]] = {"t": {}}
+        for n in range(10):
+            acked["t"][await repo.aput_checkpoint(config, {"n": n})] = {"n": n}
+        sent = nodes.sql(nodes.primary, "SELECT pg_current_wal_lsn()")
+        received = f"SELECT pg_last_wal_receive_lsn() >= '{sent}'::pg_lsn"
+        await asyncio.to_thread(nodes.wait_sql, standby, received, "t", "the standby received")
+        nodes.sql(standby, "ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()")
+        await asyncio.to_thread(
+            nodes.wait_sql,
+            standby,
+            "SELECT count(*) FROM pg_stat_wal_receiver",
+            "0",
+            "the standby's stream cut",
+        )
+        unseen = {}
+        for n in range(10, 30):
+            unseen[await repo.aput_checkpoint(config, {"n": n})] = {"n": n}
+        acked["t"].update(unseen)
+        await asyncio.to_thread(nodes.failover)
+        await repo.aclose()
+        assert sorted(await lost_on(nodes, acked)) == [("t", v) for v in sorted(unseen)]
     finally:
         nodes.stop()
