@@ -27,22 +27,17 @@ from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Insert, Update
 from sqlalchemy.sql.elements import ColumnElement
 
-from .. import telemetry
 from ..errors import (
     ConfigError,
     ConnectionLost,
-    DatabaseUnavailable,
-    Deadlock,
-    LockTimeout,
-    StatementCancelled,
-    TenxStoreError,
 )
 from ..loops import PerLoop, shut_down
 from ..models import Tables
 from ..validate import masked_url
-from .codes import OPENING_ERRORS, refusal
+from .codes import OPENING_ERRORS
 from .connections import EngineSet, give_back, reset_or_discard
 from .driver import DriverStatement
+from .failures import Failures
 from .memory_sql import KeywordSearch
 from .records import Footprint, Head, HeadWrite, LangGraphFastPath, StateWrite, TableSizes
 from .retry import RetryPolicy
@@ -70,7 +65,7 @@ def timeout_ms(lock_timeout: float | None) -> int:
     return _FOREVER_MS if lock_timeout is None else max(1, int(lock_timeout * 1000))
 
 
-class Backend(ABC):
+class Backend(Failures, ABC):
     """One database mode. Subclasses say how; this class holds what they share.
 
     Args:
@@ -226,10 +221,6 @@ class Backend(ABC):
         transaction), and return that row as updated (``UPDATE ... RETURNING``)."""
         return (await conn.execute(stmt.returning(*table.c))).one()
 
-    @abstractmethod
-    def is_lock_timeout(self, exc: DBAPIError) -> bool:
-        """Whether a driver error is a lock wait that ran out."""
-
     def died_before_sending(self, exc: DBAPIError) -> bool:
         """Whether the driver refused to send a statement on a connection found dead."""
         return False
@@ -264,13 +255,14 @@ class Backend(ABC):
         if prune:
             await conn.execute(sql.prune, {"b_thread": thread, "b_upto": params["b_upto"]})
 
-    async def begin_write(self, conn: AsyncConnection) -> None:  # noqa: B027  # a hook most modes leave empty
+    async def begin_write(self, conn: AsyncConnection) -> None:  # a hook most modes leave empty
         """Prepare a connection for a write transaction (before it begins)."""
 
-    async def write_begun(self, conn: AsyncConnection) -> None:  # noqa: B027  # a hook most modes leave empty
+    async def write_begun(self, conn: AsyncConnection) -> None:  # a hook most modes leave empty
         """Run once a write transaction has begun, before the lock is taken."""
 
-    async def snapshot_options(self, conn: AsyncConnection) -> None:  # noqa: B027  # a hook most modes leave empty
+    # a hook most modes leave empty
+    async def snapshot_options(self, conn: AsyncConnection) -> None:
         """Make ``conn``'s next transaction see one snapshot of the database."""
 
     async def clock(self, conn: AsyncConnection) -> datetime:
@@ -420,18 +412,6 @@ class Backend(ABC):
         url = self.engine.url
         return masked_url(url.set(drivername=url.get_backend_name()))
 
-    def opening_failed(self, exc: BaseException) -> TenxStoreError:
-        """A failure to open a connection as tenxstore's error, by class and SQLSTATE."""
-        where = self.describe()
-        why = refusal(exc)
-        if why is None:
-            return ConnectionLost(
-                f"the connection to {where} broke while it was being opened "
-                f"({type(exc).__name__}); nothing was written"
-            )
-        log.warning("cannot use the database %s: %s", where, why)
-        return DatabaseUnavailable(f"cannot use the database {where}: {why}")
-
     async def read(
         self, stmt: Executable, params: dict[str, Any] | None = None
     ) -> Sequence[Row[Any]]:
@@ -500,90 +480,6 @@ class Backend(ABC):
         except DBAPIError as exc:
             raise self.translate(exc, committing) from exc
 
-    def translate(self, exc: DBAPIError, committing: bool) -> Exception:
-        """A driver error as the caller's error, by class and SQLSTATE/SQLite code."""
-        if exc.connection_invalidated:
-            if committing:
-                return self.lost(
-                    ConnectionLost(
-                        "the connection was lost during COMMIT; the write may have been "
-                        "applied: re-read the thread before writing again",
-                        committed=None,
-                    )
-                )
-            return self.lost(
-                ConnectionLost("the connection was lost before COMMIT; nothing was written")
-            )
-        if self.is_deadlock(exc) and not committing:
-            return self.deadlocked()
-        if self.is_read_only(exc):
-            return self.read_only()
-        if self.is_lock_timeout(exc):
-            return self.lock_timed_out()
-        if self.is_cancelled(exc):
-            return self.cancelled(committing)
-        return exc
-
-    def is_deadlock(self, exc: DBAPIError) -> bool:
-        """Whether the server broke a deadlock by rolling this transaction back."""
-        return False
-
-    def is_read_only(self, exc: DBAPIError) -> bool:
-        """Whether the server refused a write because it is read-only (a standby)."""
-        return False
-
-    def read_only(self) -> DatabaseUnavailable:
-        """A write refused by a read-only server (logged as a WARNING)."""
-        where = self.describe()
-        log.warning("the database %s is read-only (a standby?): a write was refused", where)
-        return DatabaseUnavailable(
-            f"cannot write to the database {where}: it is read-only (a standby, or a primary "
-            "being demoted); nothing was written. Point the URL at the primary, or name every "
-            "node with target_session_attrs=read-write (postgresql://u@h1:5432,h2:5432/db)"
-        )
-
-    def deadlocked(self) -> Deadlock:
-        """A deadlock: the server rolled the transaction back (nothing was written)."""
-        log.warning("a write on %s was chosen as a deadlock victim", self.describe())
-        return Deadlock(
-            "the write deadlocked with another one and was rolled back; nothing was "
-            "written: retrying is safe"
-        )
-
-    def is_cancelled(self, exc: DBAPIError) -> bool:
-        """Whether the server cancelled the statement (an operator's cancel or kill of
-        the query, a statement timeout) and kept the connection."""
-        return False
-
-    def cancelled(self, committing: bool) -> StatementCancelled:
-        """The error of a statement the server cancelled (logged as a WARNING)."""
-        log.warning("the database %s cancelled a statement", self.describe())
-        if committing:
-            return StatementCancelled(
-                "the database cancelled COMMIT; the write may have been applied: re-read "
-                "the thread before writing again",
-                committed=None,
-            )
-        return StatementCancelled(
-            "the database cancelled the statement (a kill of the query, a statement "
-            "timeout); nothing was written: retrying is safe"
-        )
-
-    def lost(self, error: ConnectionLost) -> ConnectionLost:
-        """``error``, logged (a WARNING: a connection the database or the network
-        dropped) and counted."""
-        telemetry.connection_lost(log, self.name, error.committed)
-        return error
-
-    def lock_timed_out(self) -> LockTimeout:
-        """The error of a write that waited longer than ``lock_timeout``."""
-        wait = "forever" if self.lock_timeout is None else f"{self.lock_timeout:g}s"
-        telemetry.lock_timed_out(log, self.name, wait)
-        return LockTimeout(
-            f"waited more than {wait} for the lock of the thread or memory it writes "
-            "(another writer holds it); nothing was written"
-        )
-
     # -- schema and lifecycle -----------------------------------------------------------
 
     @asynccontextmanager
@@ -594,7 +490,7 @@ class Backend(ABC):
             async with conn.begin():
                 yield conn
 
-    def create_schema_on_first_use(  # noqa: B027  # a hook most modes leave empty
+    def create_schema_on_first_use(  # a hook most modes leave empty
         self, hook: Callable[[AsyncConnection], Awaitable[None]], template: Hashable = None
     ) -> None:
         """Given how to create the schema on a connection: a database that is new with

@@ -41,14 +41,11 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import Executable
-from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from .. import telemetry
 from ..errors import ConfigError, ConnectionLost
-from ..langgraph.columns import CodePointOrder
 from ..models import Tables
 from .asyncpg_driver import lost_error, open_uninterrupted, unsent_error
 from .base import Backend, timeout_ms
@@ -81,13 +78,6 @@ _BORROWED = "_tenxstore_borrowed"
 if TYPE_CHECKING:
     from ..store import Store
     from .records import MemoryFastPath
-
-
-@compiles(CodePointOrder, "postgresql")
-def _code_point_order(element: CodePointOrder, compiler: SQLCompiler, **kw: Any) -> str:
-    """Text in code-point order: PostgreSQL's ``COLLATE "C"`` (its default collation is
-    the database's locale, which orders ``"b"`` before ``"C"``)."""
-    return f'{compiler.process(element.column, **kw)} COLLATE "C"'
 
 
 class PostgresBackend(Backend):

@@ -32,8 +32,8 @@ class CodePointOrder(ColumnElement[Any]):
     other way round) — and the order writes are applied in decides a channel's value.
     SQLite's default ``BINARY`` collation already is code-point order, and so is the
     binary no-pad collation of tenxstore's MySQL tables (``utf8mb4_bin`` would not be:
-    it pads, putting ``"a\t"`` before ``"a"``). A backend whose collation is not
-    (PostgreSQL) registers its own compile rule (:mod:`tenxstore.backends.postgres`).
+    it pads, putting ``"a\t"`` before ``"a"``). PostgreSQL's is not: it is compiled
+    with ``COLLATE "C"`` (below).
     """
 
     inherit_cache = True
@@ -46,6 +46,13 @@ class CodePointOrder(ColumnElement[Any]):
 @compiles(CodePointOrder)
 def _code_point_default(element: CodePointOrder, compiler: SQLCompiler, **kw: Any) -> str:
     return compiler.process(element.column, **kw)
+
+
+@compiles(CodePointOrder, "postgresql")
+def _code_point_postgresql(element: CodePointOrder, compiler: SQLCompiler, **kw: Any) -> str:
+    """Text in code-point order: PostgreSQL's ``COLLATE "C"`` (its default collation is
+    the database's locale, which orders ``"b"`` before ``"C"``)."""
+    return f'{compiler.process(element.column, **kw)} COLLATE "C"'
 
 
 def write_order(w: Any) -> tuple[Any, ...]:

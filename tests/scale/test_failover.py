@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,8 @@ class Ledger:
     ok_reads: int = 0
     after_promotion: int = 0  # writes acknowledged after the last promotion
     progress: asyncio.Event = field(default_factory=asyncio.Event)  # set by each ack
+    last_ack: float = field(default_factory=time.monotonic)
+    longest_gap: float = 0.0  # seconds: the longest time with no write acknowledged
     tools_done: dict[str, Any] = field(default_factory=dict)  # call id -> acked result
     tools_ran_again: list[str] = field(default_factory=list)  # a success claimed anew
     graph_turns: int = 0  # turns a LangGraph run acknowledged
@@ -67,6 +70,9 @@ class Ledger:
         self.acked[thread][version] = state
         self.ok_writes += 1
         self.progress.set()
+        now = time.monotonic()
+        self.longest_gap = max(self.longest_gap, now - self.last_ack)
+        self.last_ack = now
 
     def failed(self, exc: BaseException) -> None:
         """An error a call raised, counted by type (a lost connection by what is known
@@ -263,7 +269,8 @@ async def test_a_failover_under_load_loses_nothing_acknowledged(pair: PgPair) ->
     await repo.aclose()
     print(
         f"\n{'sync' if pair.synchronous else 'async'} replication: {ROUNDS} failovers, "
-        f"no primary for {', '.join(f'{s:.2f}' for s in no_primary)} s; "
+        f"no primary for {', '.join(f'{s:.2f}' for s in no_primary)} s, "
+        f"no write acknowledged for {ledger.longest_gap:.2f} s at most; "
         f"{ledger.ok_writes} writes and {ledger.ok_reads} reads acknowledged, "
         f"{lost} acknowledged writes lost, {len(ledger.twice)} versions acknowledged twice; "
         f"errors: {dict(ledger.errors)}; calls past {BOUND:g} s: {ledger.hangs}; "
