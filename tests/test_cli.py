@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import make_url
 from typer.testing import CliRunner
 
 import tenxstore
@@ -20,6 +21,7 @@ from tenxstore.cli import app
 from tenxstore.langgraph import TenxCheckpointSaver
 from tests import services
 from tests.conftest import drop_schema, mysql_admin, new_mysql_database, new_schema
+from tests.servers import free_port
 
 runner = CliRunner()
 
@@ -92,6 +94,22 @@ def test_upgrade_and_current(db: list[str]) -> None:
     assert invoke("upgrade", *db).exit_code == 0
     after = invoke("current", *db)
     assert f"current: {migrate.head_revision()}" in after.output and "up to date" in after.output
+
+
+def test_a_url_naming_several_hosts(tmp_path: Path) -> None:
+    """libpq's ``h1:p1,h2:p2`` works in every command, reads included (the reading
+    commands look at the URL first: it parsed as one host with a port of "p1,h2")."""
+    url = make_url(services.pg_url())
+    who = f"{url.username}@" if url.username else ""
+    several = f"postgresql://{who}127.0.0.1:{free_port()},{url.host}:{url.port}/{url.database}"
+    args = ["--url", several, "--schema", new_schema()]
+    try:
+        assert invoke("upgrade", *args).exit_code == 0
+        fill(args, threads=1, turns=1)
+        listed = invoke("threads", *args)
+        assert listed.exit_code == 0 and "thread-0" in listed.output, listed.output
+    finally:
+        asyncio.run(drop_schema(services.pg_url(), args[3]))
 
 
 def test_threads_show_and_history(db: list[str]) -> None:

@@ -159,8 +159,8 @@ def existing_database(url: str) -> None:
     """A command that only reads must not create a SQLite file that is not there."""
     try:
         parsed = make_url(url)
-    except ArgumentError:
-        return  # CheckpointRepository reports a malformed URL
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number (h1,h2)
+        return  # CheckpointRepository reads several hosts, or reports a malformed URL
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return
     if not Path(parsed.database).exists():
