@@ -126,3 +126,11 @@ def test_round_trips_smoke() -> None:
     printed = run_benchmark("round_trips.py", "--rounds", "1", "--calls", "5")
     rows = [line.split(" | ")[0] for line in printed.splitlines()[2:]]
     assert rows == ["| pg select", "| pg insert+commit", "| redis get", "| redis evalsha"]
+
+
+@pytest.mark.slow
+def test_langgraph_held_smoke() -> None:
+    """A read that stops at the values held, against one that fetches every chain."""
+    services.require_modules("bench", PG_SAVER)  # langgraph_chat.py, which it imports
+    printed = run_benchmark("langgraph_held.py", "--turns", "4", "--runs", "1")
+    assert printed.splitlines()[2].startswith("| 1 | ")
