@@ -5,9 +5,10 @@ Two ``TenxCheckpointSaver``s on PostgreSQL (each its own schema) run the chat gr
 reference: ``held`` as shipped (the read stops a chain of deltas at the value the
 process wrote or read last), ``whole`` forgetting what it holds before each read (the
 read fetches and rebuilds every chain, as before). Turns interleaved, the order
-shuffled every turn, garbage collected outside the timings. Printed: the p50 wall
-time of the last 50 turns and what each saver adds to the graph's turn (the paired
-median of its turn less the memory saver's same turn), ``--runs`` times.
+shuffled every turn (seeded), garbage collected outside the timings. Printed: the p50
+wall time of the last 50 turns, what each saver adds to the graph's turn (the paired
+median of its turn less the memory saver's same turn) in wall and in this process's
+CPU time, ``--runs`` times.
 
     python benchmarks/langgraph_held.py                # 200 turns, 3 runs
     python benchmarks/langgraph_held.py --turns 100 --runs 1
@@ -35,8 +36,8 @@ from tenxstore.langgraph import TenxCheckpointSaver
 LAST = 50
 
 
-async def one_run(turns: int, seed: int) -> dict[str, list[float]]:
-    """Per saver, the wall seconds of each turn."""
+async def one_run(turns: int, seed: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per saver, the wall and the CPU seconds of each turn."""
     rng = random.Random(seed)
     texts = [words(rng) for _ in range(turns)]
     savers: dict[str, Any] = {}
@@ -52,23 +53,37 @@ async def one_run(turns: int, seed: int) -> dict[str, list[float]]:
         savers["memory"] = InMemorySaver()
         graphs = {name: build_graph("plain", texts, saver) for name, saver in savers.items()}
         walls: dict[str, list[float]] = {name: [] for name in graphs}
+        cpus: dict[str, list[float]] = {name: [] for name in graphs}
         for turn in range(turns):
             order = list(graphs)
-            random.shuffle(order)
+            rng.shuffle(order)
             for name in order:
                 message = HumanMessage(content=texts[turn], id=f"human-{turn}")
-                started = time.perf_counter()
+                started, used = time.perf_counter(), time.process_time()
                 await graphs[name].ainvoke(
                     {"messages": [message]}, {"configurable": {"thread_id": "chat"}}
                 )
                 walls[name].append(time.perf_counter() - started)
+                cpus[name].append(time.process_time() - used)
             gc.collect()
             gc.freeze()
-        return walls
+        return walls, cpus
     finally:
         for cp, schema in opened:
             await cp.aclose()
             await drop_schema(PG_URL, schema)
+
+
+def adds(samples: dict[str, list[float]]) -> dict[str, float]:
+    """What each tenxstore saver adds to the graph's turn (ms): the paired median of the
+    last turns of its samples less the memory saver's same turns."""
+    memory = samples["memory"][-LAST:]
+    return {
+        name: statistics.median(
+            [(a - b) * 1000 for a, b in zip(samples[name][-LAST:], memory, strict=True)]
+        )
+        for name in ("held", "whole")
+    }
 
 
 def main() -> None:
@@ -78,21 +93,19 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    print("| run | held p50 | whole p50 | memory p50 | held adds | whole adds | saved |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| run | held p50 | whole p50 | memory p50 | held adds | whole adds | saved"
+        " | held adds (CPU) | whole adds (CPU) | saved (CPU) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for run in range(args.runs):
-        walls = asyncio.run(one_run(args.turns, seed=16 + run))
-        last = {name: [w * 1000 for w in samples[-LAST:]] for name, samples in walls.items()}
-        p50 = {name: statistics.median(samples) for name, samples in last.items()}
-        adds = {
-            name: statistics.median(
-                [a - b for a, b in zip(last[name], last["memory"], strict=True)]
-            )
-            for name in ("held", "whole")
-        }
+        walls, cpus = asyncio.run(one_run(args.turns, seed=16 + run))
+        p50 = {name: statistics.median(s[-LAST:]) * 1000 for name, s in walls.items()}
+        wall, cpu = adds(walls), adds(cpus)
         print(
             f"| {run + 1} | {p50['held']:.2f} | {p50['whole']:.2f} | {p50['memory']:.2f}"
-            f" | {adds['held']:.2f} | {adds['whole']:.2f} | {adds['whole'] - adds['held']:.2f} |"
+            f" | {wall['held']:.2f} | {wall['whole']:.2f} | {wall['whole'] - wall['held']:.2f}"
+            f" | {cpu['held']:.2f} | {cpu['whole']:.2f} | {cpu['whole'] - cpu['held']:.2f} |"
         )
 
 

@@ -361,6 +361,12 @@ class PgPair:
             "-R",  # standby.signal, and primary_conninfo with application_name=b
             "--no-sync",
         )
+        # node b's port, taken again now: the one picked seconds ago (before initdb and
+        # the base backup) may have gone to another process meanwhile
+        b.port = free_port()
+        while b.port == a.port:
+            b.port = free_port()
+        self.ports = (a.port, b.port)
         self._start_node("b")
         self.standby = "b"
         if self.synchronous:

@@ -404,6 +404,10 @@ class Backend(Failures, ABC):
                     raise failure from exc
         try:
             yield conn
+        except DBAPIError as exc:
+            if self.is_read_only(exc):  # a standby, or a demoted primary: not for writes
+                await conn.invalidate()
+            raise
         finally:
             await give_back(conn, self.name)
 

@@ -31,9 +31,10 @@ option, before any I/O — never a raw ``TypeError`` on the first call.
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import unquote, urlencode
 
 from sqlalchemy.engine import URL
 
@@ -101,37 +102,48 @@ def _settings(options: str) -> dict[str, str]:
     return found
 
 
+# What SQLAlchemy reads as a URL's user and password: a user without ":" or "/", then
+# a password without "@" (a password may hold "/", "?" or ","), then "@".
+_USERINFO = re.compile(r"[^:/]*(?::[^@]*)?@")
+_DEFAULT_PORT = "5432"  # libpq's, for a host of a list named without one
+
+
 def several_hosts(url: str) -> str:
-    """A libpq URL naming several hosts (``postgresql://u@h1:5432,h2:5433/db?...``) as
-    SQLAlchemy names them (``postgresql://u@/db?host=h1:5432&host=h2:5433&...``); any
-    other URL as it is.
+    """A libpq URL naming several hosts (``postgresql://u@h1:5432,h2/db?...``) as
+    SQLAlchemy names them (``postgresql://u@/db?host=h1:5432&host=h2:5432&...``: each
+    with a port, 5432 where none is given); any other URL as it is.
 
     Raises:
-        ConfigError: A host of the list is empty, or its port is not a number.
+        ConfigError: A host of the list is empty or an IPv6 address (SQLAlchemy's list
+            of hosts cannot name one: use a host name), or its port is not a number.
     """
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.split("+")[0] not in ("postgresql", "postgres"):
         return url
+    found = _USERINFO.match(rest)
+    userinfo = found.group(0) if found else ""
+    rest = rest[len(userinfo) :]
     ends = [i for i in (rest.find("/"), rest.find("?")) if i >= 0]
     end = min(ends) if ends else len(rest)
-    authority, tail = rest[:end], rest[end:]
-    user, at, hosts = authority.rpartition("@")
+    hosts, tail = rest[:end], rest[end:]
     if "," not in hosts:
         return url
     named = []
     for host in hosts.split(","):
-        name, colon, port = host.rpartition(":") if not host.endswith("]") else ("", "", "")
+        name, colon, port = host.rpartition(":")
         if not colon:
-            name, port = host, ""
-        if not name or (port and not port.isdigit()) or (colon and not port):
+            name, port = host, _DEFAULT_PORT
+        name = unquote(name)  # a socket directory is percent-encoded in a URL
+        digits = port.isascii() and port.isdigit()
+        if not name or not digits or name.startswith("[") or ":" in name:
             raise ConfigError(
-                f"the URL names the hosts {hosts!r}: each must be host or host:port "
-                "(postgresql://u@h1:5432,h2:5432/db)"
+                f"the URL names the hosts {hosts!r}: each must be host or host:port, "
+                "a name or an IPv4 address (postgresql://u@h1:5432,h2:5432/db)"
             )
-        named.append(("host", host))
+        named.append(("host", f"{name}:{port}"))
     path, _, query = tail.partition("?")
-    joined = urlencode(named, safe=":[]")
-    return f"{scheme}://{user}{at}{path or '/'}?{joined}" + (f"&{query}" if query else "")
+    joined = urlencode(named, safe=":/")
+    return f"{scheme}://{userinfo}{path or '/'}?{joined}" + (f"&{query}" if query else "")
 
 
 def asyncpg_options(url: URL) -> tuple[URL, dict[str, Any]]:
@@ -176,7 +188,7 @@ def asyncpg_options(url: URL) -> tuple[URL, dict[str, Any]]:
                 "passes anything to asyncpg)"
             )
     several = kept.get("host")
-    if isinstance(several, tuple) and len(several) > 1:
+    if (isinstance(several, tuple) and len(several) > 1) or "," in str(several or ""):
         dsn.setdefault("target_session_attrs", "read-write")  # the primary, wherever it is
     if dsn:
         args["dsn"] = "postgresql://?" + urlencode(dsn)

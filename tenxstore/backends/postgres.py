@@ -357,7 +357,8 @@ class PostgresBackend(Backend):
         returns when it is to be sent again (it was never sent, or it is a read
         and the connection broke), else raises tenxstore's error."""
         unsent, lost = unsent_error(exc), lost_error(exc)
-        if unsent or lost:
+        read_only = getattr(exc, "sqlstate", None) == _READ_ONLY  # not a writer's server
+        if unsent or lost or read_only:
             borrowed.discard(taken[0])
             borrowed.after_disconnect()
         else:

@@ -10,6 +10,8 @@ from sqlalchemy import make_url, text
 
 import tenxstore
 from tenxstore import CheckpointRepository, ConfigError, ToolExecutionMismatch
+from tenxstore.backends import async_url
+from tenxstore.backends.pgoptions import asyncpg_options, several_hosts
 from tenxstore.validate import masked_url
 from tests.conftest import cfg
 from tests.servers import free_port
@@ -100,6 +102,51 @@ async def test_libpq_options_reach_asyncpg(pg_url: str, pg_schema: str) -> None:
         assert await _setting(repo, "statement_timeout") == "4500ms"
         assert await _setting(repo, "search_path") == "elsewhere"
         assert await _setting(repo, "ssl") in ("off", "on")  # the server's, not an error
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        # a password may hold ",", "/" and "?": it is not a list of hosts
+        ("postgresql://u:Hunter2,x/y@h:5432/db", "postgresql://u:Hunter2,x/y@h:5432/db"),
+        ("postgresql://u:pa,ss?word@h/db", "postgresql://u:pa,ss?word@h/db"),
+        ("postgresql://u:1,2/3@h/db", "postgresql://u:1,2/3@h/db"),
+        # a host without a port gets libpq's 5432 (SQLAlchemy's list needs every port)
+        ("postgresql://u@h1,h2:6/db", "postgresql://u@/db?host=h1:5432&host=h2:6"),
+        ("postgresql://u:p@h1:1,h2:2/db?sslmode=disable",
+         "postgresql://u:p@/db?host=h1:1&host=h2:2&sslmode=disable"),
+        ("postgresql://u@%2Ftmp,h2/db", "postgresql://u@/db?host=/tmp:5432&host=h2:5432"),
+        ("postgresql://h1,h2/db?application_name=a@b",
+         "postgresql:///db?host=h1:5432&host=h2:5432&application_name=a@b"),
+        ("mysql://u@h1,h2/db", "mysql://u@h1,h2/db"),  # not ours to read
+    ],
+)  # fmt: skip
+def test_several_hosts_are_read_as_libpq_reads_them(given: str, expected: str) -> None:
+    assert several_hosts(given) == expected
+
+
+@pytest.mark.parametrize(
+    "hosts", ["[::1]:5432,h2", "h1:x,h2", "h1:\u0665,h2", ",h2", "h1:,h2", "h1,h2:"]
+)
+def test_a_list_of_hosts_that_cannot_be_read_is_refused(hosts: str) -> None:
+    with pytest.raises(ConfigError, match="each must be host or host:port"):
+        CheckpointRepository(f"postgresql://app:{SECRET}@{hosts}/db")
+
+
+def test_several_hosts_ask_for_the_primary_in_either_form() -> None:
+    """``read-write`` unless the URL says otherwise: libpq's list, SQLAlchemy's repeated
+    ``host=``, and its ``host=a,b&port=p,q``."""
+    for url in (
+        "postgresql://u@h1:1,h2:2/db",
+        "postgresql://u@/db?host=h1:1&host=h2:2",
+        "postgresql://u@/db?host=h1,h2&port=1,2",
+    ):
+        _, args = asyncpg_options(async_url(url))
+        assert args["dsn"] == "postgresql://?target_session_attrs=read-write", url
+    _, args = asyncpg_options(async_url("postgresql://u@h1,h2/db?target_session_attrs=any"))
+    assert args["dsn"] == "postgresql://?target_session_attrs=any"
+    _, args = asyncpg_options(async_url("postgresql://u@h1/db"))
+    assert "dsn" not in args  # one host: as libpq, any
 
 
 @pytest.mark.parametrize("form", ["commas", "query"])

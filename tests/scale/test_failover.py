@@ -55,7 +55,6 @@ class Ledger:
     hangs: int = 0
     ok_writes: int = 0
     ok_reads: int = 0
-    after_promotion: int = 0  # writes acknowledged after the last promotion
     progress: asyncio.Event = field(default_factory=asyncio.Event)  # set by each ack
     last_ack: float = field(default_factory=time.monotonic)
     longest_gap: float = 0.0  # seconds: the longest time with no write acknowledged
@@ -196,7 +195,8 @@ async def graph_turns(repo: CheckpointRepository, ledger: Ledger, stop: asyncio.
         try:
             await bounded(graph.ainvoke({"messages": [("user", "hi")]}, config), ledger)
             state = await bounded(graph.aget_state(config), ledger)
-            ledger.graph_turns = len(state.values["messages"]) // 2
+            # the most turns ever acknowledged: a failover that lost some shows as fewer
+            ledger.graph_turns = max(ledger.graph_turns, len(state.values["messages"]) // 2)
         except asyncio.TimeoutError:
             pass
         except TenxStoreError as exc:
@@ -244,9 +244,8 @@ async def test_a_failover_under_load_loses_nothing_acknowledged(pair: PgPair) ->
         for _ in range(ROUNDS):
             await asyncio.wait_for(writes_between(ledger, 200), 60)  # load on the primary
             no_primary.append(await asyncio.to_thread(pair.failover))
-            before = ledger.ok_writes
-            await asyncio.wait_for(writes_between(ledger, 100), 60)  # the new primary serves
-            ledger.after_promotion += ledger.ok_writes - before
+            # the store goes on on the new primary (else this times out: the test fails)
+            await asyncio.wait_for(writes_between(ledger, 100), 60)
             await asyncio.to_thread(pair.rejoin)
         await asyncio.wait_for(writes_between(ledger, 100), 60)
     finally:
@@ -285,7 +284,6 @@ async def test_a_failover_under_load_loses_nothing_acknowledged(pair: PgPair) ->
         *(f"ConnectionLost(committed={c})" for c in (False, None)),
     }
     assert set(ledger.errors) <= typed
-    assert ledger.after_promotion > 0  # the store went on on the new primary
     assert ledger.tools_ran_again == []  # on the primary that acknowledged the success
     if pair.synchronous:
         assert lost == 0, missing[:10]
@@ -357,5 +355,55 @@ async def test_an_asynchronous_standby_loses_what_it_had_not_received(tmp_path: 
         await asyncio.to_thread(nodes.failover)
         await repo.aclose()
         assert sorted(await lost_on(nodes, acked)) == [("t", v) for v in sorted(unseen)]
+    finally:
+        nodes.stop()
+
+
+async def test_a_primary_fenced_read_only_is_left_for_the_new_one(tmp_path: Path) -> None:
+    """A primary demoted in place (fenced read-only, its sessions still open) while the
+    standby is promoted: a write on a pooled connection to the old primary is refused
+    (``DatabaseUnavailable``, nothing written) and that connection is discarded, so the
+    writes that follow reach the new primary — on the hot path (a state write) and on
+    SQLAlchemy's (a thread record) alike, without waiting for the pool's recycle."""
+    if not available():
+        services.require_path("PostgreSQL 15's server programs", PG_BIN / "pg_rewind")
+    nodes = PgPair(tmp_path, synchronous=False)
+    try:
+        nodes.start()
+        old = nodes.primary
+        async with CheckpointRepository(nodes.multi_host_url()) as repo:
+            await repo.asetup()
+            config: dict[str, Any] = {"configurable": {"thread_id": "t", "user_id": "u"}}
+            await asyncio.gather(
+                *(
+                    repo.aput_thread({"configurable": {"thread_id": f"p{n}", "user_id": "u"}})
+                    for n in range(4)
+                )
+            )
+            await repo.aput_checkpoint(config, {"n": 0})
+            nodes.sql(old, "ALTER SYSTEM SET default_transaction_read_only = on")
+            nodes.sql(old, "SELECT pg_reload_conf()")
+            await asyncio.to_thread(nodes.promote)
+            refused = 0
+            for write in (  # SQLAlchemy's path first: the hot path's discard drops all
+                lambda: repo.aput_thread(config, name="after"),
+                lambda: repo.aput_checkpoint(config, {"n": 1}),
+            ):
+                for _ in range(10):  # each refusal discards one pooled connection
+                    try:
+                        await write()
+                        break
+                    except DatabaseUnavailable as exc:
+                        assert "read-only" in str(exc)
+                        refused += 1
+                else:
+                    raise AssertionError("every write was refused: the fenced node was kept")
+            assert refused <= 8  # at most the connections the pool had open
+            state = await repo.aget_state(config)
+            assert state == {"n": 1}
+        async with CheckpointRepository(nodes.url(nodes.primary)) as fresh:
+            assert await fresh.aget_state(config) == {"n": 1}
+            threads = await fresh.alist_threads({"configurable": {"user_id": "u"}})
+            assert "after" in [t.name for t in threads]
     finally:
         nodes.stop()
