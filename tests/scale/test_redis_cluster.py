@@ -35,10 +35,11 @@ async def cached(
     # A generous bound, on the cache's calls and on the client's socket reads alike:
     # these tests are about the cluster, not about slow Redis (the first call also
     # discovers the cluster's slots, and CI's workers load two cores: a read past
-    # 0.5 s made a put fail open and the next read a miss).
-    client = cluster_client(cluster, socket_timeout=2.0)
+    # 0.5 s made a put fail open and the next read a miss; with two PostgreSQL servers
+    # of the failover suite beside it, a put once took longer than 2 s).
+    client = cluster_client(cluster, socket_timeout=10.0)
     cp = CachedCheckpointer(
-        repo, redis=client, key_prefix=f"cl{tmp_path.name[-6:]}", redis_timeout=2.0
+        repo, redis=client, key_prefix=f"cl{tmp_path.name[-6:]}", redis_timeout=10.0
     )
     yield cp
     await cp.aclose()
