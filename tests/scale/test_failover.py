@@ -82,16 +82,28 @@ class Ledger:
         self.errors[name] += 1
 
 
-@pytest.fixture(params=["synchronous", "asynchronous"])
-def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PgPair]:
+def started(directory: Path, *, synchronous: bool) -> Iterator[PgPair]:
+    """A primary and a streaming standby, stopped afterwards (the programs missing:
+    skipped, or failed under CI)."""
     if not available():
         services.require_path("PostgreSQL 15's server programs", PG_BIN / "pg_rewind")
-    nodes = PgPair(tmp_path, synchronous=request.param == "synchronous")
+    nodes = PgPair(directory, synchronous=synchronous)
     try:
         nodes.start()
         yield nodes
     finally:
         nodes.stop()
+
+
+@pytest.fixture(params=["synchronous", "asynchronous"])
+def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PgPair]:
+    yield from started(tmp_path, synchronous=request.param == "synchronous")
+
+
+@pytest.fixture
+def async_pair(tmp_path: Path) -> Iterator[PgPair]:
+    """One asynchronous pair (the tests that are about a standby, not about its mode)."""
+    yield from started(tmp_path, synchronous=False)
 
 
 async def bounded(call: Any, ledger: Ledger) -> Any:
@@ -292,118 +304,100 @@ async def test_a_failover_under_load_loses_nothing_acknowledged(pair: PgPair) ->
         assert kept_turns >= ledger.graph_turns
 
 
-async def test_a_standby_is_never_written_to(tmp_path: Path) -> None:
+async def test_a_standby_is_never_written_to(async_pair: PgPair) -> None:
     """A URL naming only the standby: with ``target_session_attrs=read-write`` nothing
     connects (``DatabaseUnavailable``, saying why); without it, a write reaches the
     standby and is refused there, as tenxstore's error; nothing is written either way."""
-    if not available():
-        services.require_path("PostgreSQL 15's server programs", PG_BIN / "pg_rewind")
-    nodes = PgPair(tmp_path, synchronous=False)
-    try:
-        nodes.start()
-        assert nodes.standby is not None
-        standby = nodes.url(nodes.standby)
-        config = {"configurable": {"thread_id": "t", "user_id": "u"}}
-        async with CheckpointRepository(nodes.url(nodes.primary)) as primary:
-            await primary.asetup()
-        for url, why in (
-            (f"{standby}?target_session_attrs=read-write", "target_session_attrs"),
-            (standby, "read-only"),
-        ):
-            async with CheckpointRepository(url) as repo:
-                with pytest.raises(DatabaseUnavailable, match=why):
-                    await repo.aput_checkpoint(config, {"n": 1})
-        async with CheckpointRepository(nodes.url(nodes.primary)) as primary:
-            assert await primary.aget_state(config) is None
-    finally:
-        nodes.stop()
+    nodes = async_pair
+    assert nodes.standby is not None
+    standby = nodes.url(nodes.standby)
+    config = {"configurable": {"thread_id": "t", "user_id": "u"}}
+    async with CheckpointRepository(nodes.url(nodes.primary)) as primary:
+        await primary.asetup()
+    for url, why in (
+        (f"{standby}?target_session_attrs=read-write", "target_session_attrs"),
+        (standby, "read-only"),
+    ):
+        async with CheckpointRepository(url) as repo:
+            with pytest.raises(DatabaseUnavailable, match=why):
+                await repo.aput_checkpoint(config, {"n": 1})
+    async with CheckpointRepository(nodes.url(nodes.primary)) as primary:
+        assert await primary.aget_state(config) is None
 
 
-async def test_an_asynchronous_standby_loses_what_it_had_not_received(tmp_path: Path) -> None:
+async def test_an_asynchronous_standby_loses_what_it_had_not_received(async_pair: PgPair) -> None:
     """The window of asynchronous replication, made wide: the standby's stream is cut,
     writes go on being acknowledged by the primary alone, the primary dies and the
     standby is promoted. Exactly those writes are lost, and the check above counts
     them (it can fail)."""
-    if not available():
-        services.require_path("PostgreSQL 15's server programs", PG_BIN / "pg_rewind")
-    nodes = PgPair(tmp_path, synchronous=False)
-    try:
-        nodes.start()
-        standby = nodes.standby
-        assert standby is not None
-        repo = CheckpointRepository(nodes.multi_host_url(), state_history_limit=1000)
-        await repo.asetup()
-        config: dict[str, Any] = {"configurable": {"thread_id": "t", "user_id": "u"}}
-        acked: dict[str, dict[int, Any]] = {"t": {}}
-        for n in range(10):
-            acked["t"][await repo.aput_checkpoint(config, {"n": n})] = {"n": n}
-        sent = nodes.sql(nodes.primary, "SELECT pg_current_wal_lsn()")
-        received = f"SELECT pg_last_wal_receive_lsn() >= '{sent}'::pg_lsn"
-        await asyncio.to_thread(nodes.wait_sql, standby, received, "t", "the standby received")
-        nodes.sql(standby, "ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()")
-        await asyncio.to_thread(
-            nodes.wait_sql,
-            standby,
-            "SELECT count(*) FROM pg_stat_wal_receiver",
-            "0",
-            "the standby's stream cut",
-        )
-        unseen = {}
-        for n in range(10, 30):
-            unseen[await repo.aput_checkpoint(config, {"n": n})] = {"n": n}
-        acked["t"].update(unseen)
-        await asyncio.to_thread(nodes.failover)
-        await repo.aclose()
-        assert sorted(await lost_on(nodes, acked)) == [("t", v) for v in sorted(unseen)]
-    finally:
-        nodes.stop()
+    nodes = async_pair
+    standby = nodes.standby
+    assert standby is not None
+    repo = CheckpointRepository(nodes.multi_host_url(), state_history_limit=1000)
+    await repo.asetup()
+    config: dict[str, Any] = {"configurable": {"thread_id": "t", "user_id": "u"}}
+    acked: dict[str, dict[int, Any]] = {"t": {}}
+    for n in range(10):
+        acked["t"][await repo.aput_checkpoint(config, {"n": n})] = {"n": n}
+    sent = nodes.sql(nodes.primary, "SELECT pg_current_wal_lsn()")
+    received = f"SELECT pg_last_wal_receive_lsn() >= '{sent}'::pg_lsn"
+    await asyncio.to_thread(nodes.wait_sql, standby, received, "t", "the standby received")
+    nodes.sql(standby, "ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()")
+    await asyncio.to_thread(
+        nodes.wait_sql,
+        standby,
+        "SELECT count(*) FROM pg_stat_wal_receiver",
+        "0",
+        "the standby's stream cut",
+    )
+    unseen = {}
+    for n in range(10, 30):
+        unseen[await repo.aput_checkpoint(config, {"n": n})] = {"n": n}
+    acked["t"].update(unseen)
+    await asyncio.to_thread(nodes.failover)
+    await repo.aclose()
+    assert sorted(await lost_on(nodes, acked)) == [("t", v) for v in sorted(unseen)]
 
 
-async def test_a_primary_fenced_read_only_is_left_for_the_new_one(tmp_path: Path) -> None:
+async def test_a_primary_fenced_read_only_is_left_for_the_new_one(async_pair: PgPair) -> None:
     """A primary demoted in place (fenced read-only, its sessions still open) while the
     standby is promoted: a write on a pooled connection to the old primary is refused
     (``DatabaseUnavailable``, nothing written) and that connection is discarded, so the
     writes that follow reach the new primary — on the hot path (a state write) and on
     SQLAlchemy's (a thread record) alike, without waiting for the pool's recycle."""
-    if not available():
-        services.require_path("PostgreSQL 15's server programs", PG_BIN / "pg_rewind")
-    nodes = PgPair(tmp_path, synchronous=False)
-    try:
-        nodes.start()
-        old = nodes.primary
-        async with CheckpointRepository(nodes.multi_host_url()) as repo:
-            await repo.asetup()
-            config: dict[str, Any] = {"configurable": {"thread_id": "t", "user_id": "u"}}
-            await asyncio.gather(
-                *(
-                    repo.aput_thread({"configurable": {"thread_id": f"p{n}", "user_id": "u"}})
-                    for n in range(4)
-                )
+    nodes = async_pair
+    old = nodes.primary
+    async with CheckpointRepository(nodes.multi_host_url()) as repo:
+        await repo.asetup()
+        config: dict[str, Any] = {"configurable": {"thread_id": "t", "user_id": "u"}}
+        await asyncio.gather(
+            *(
+                repo.aput_thread({"configurable": {"thread_id": f"p{n}", "user_id": "u"}})
+                for n in range(4)
             )
-            await repo.aput_checkpoint(config, {"n": 0})
-            nodes.sql(old, "ALTER SYSTEM SET default_transaction_read_only = on")
-            nodes.sql(old, "SELECT pg_reload_conf()")
-            await asyncio.to_thread(nodes.promote)
-            refused = 0
-            for write in (  # SQLAlchemy's path first: the hot path's discard drops all
-                lambda: repo.aput_thread(config, name="after"),
-                lambda: repo.aput_checkpoint(config, {"n": 1}),
-            ):
-                for _ in range(10):  # each refusal discards one pooled connection
-                    try:
-                        await write()
-                        break
-                    except DatabaseUnavailable as exc:
-                        assert "read-only" in str(exc)
-                        refused += 1
-                else:
-                    raise AssertionError("every write was refused: the fenced node was kept")
-            assert refused <= 8  # at most the connections the pool had open
-            state = await repo.aget_state(config)
-            assert state == {"n": 1}
-        async with CheckpointRepository(nodes.url(nodes.primary)) as fresh:
-            assert await fresh.aget_state(config) == {"n": 1}
-            threads = await fresh.alist_threads({"configurable": {"user_id": "u"}})
-            assert "after" in [t.name for t in threads]
-    finally:
-        nodes.stop()
+        )
+        await repo.aput_checkpoint(config, {"n": 0})
+        nodes.sql(old, "ALTER SYSTEM SET default_transaction_read_only = on")
+        nodes.sql(old, "SELECT pg_reload_conf()")
+        await asyncio.to_thread(nodes.promote)
+        refused = 0
+        for write in (  # SQLAlchemy's path first: the hot path's discard drops all
+            lambda: repo.aput_thread(config, name="after"),
+            lambda: repo.aput_checkpoint(config, {"n": 1}),
+        ):
+            for _ in range(10):  # each refusal discards one pooled connection
+                try:
+                    await write()
+                    break
+                except DatabaseUnavailable as exc:
+                    assert "read-only" in str(exc)
+                    refused += 1
+            else:
+                raise AssertionError("every write was refused: the fenced node was kept")
+        assert refused <= 8  # at most the connections the pool had open
+        state = await repo.aget_state(config)
+        assert state == {"n": 1}
+    async with CheckpointRepository(nodes.url(nodes.primary)) as fresh:
+        assert await fresh.aget_state(config) == {"n": 1}
+        threads = await fresh.alist_threads({"configurable": {"user_id": "u"}})
+        assert "after" in [t.name for t in threads]
