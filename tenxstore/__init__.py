@@ -6,6 +6,7 @@ from importlib import metadata as _metadata
 from .backends import transaction_pooling_args
 from .backends.retry import RetryPolicy
 from .cache import CachedCheckpointer
+from .config import read_source
 from .crypto import KeyRing, Life
 from .errors import (
     CacheUnreachable,
@@ -49,6 +50,8 @@ from .types import (
     Memory,
     MemoryHit,
     MessageRecord,
+    ReadSource,
+    ReplicaHealth,
     StateSnapshot,
     ThreadExport,
     ThreadInfo,
@@ -88,6 +91,8 @@ __all__ = [
     "MissingThreadId",
     "NewMemory",
     "PgCheckpointer",
+    "ReadSource",
+    "ReplicaHealth",
     "RetryPolicy",
     "SchemaNotReady",
     "SerializationError",
@@ -108,6 +113,7 @@ __all__ = [
     "ToolExecutionNotFound",
     "UserStats",
     "parse_duration",
+    "read_source",
     "transaction_pooling_args",
 ]
 

@@ -20,22 +20,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError, MissingThreadId
-from .types import AuthPolicy
+from .types import AuthPolicy, ReadSource
 from .validate import IdType, check_count, check_id
 
 __all__ = [
     "INCARNATION_KEY",
+    "SOURCE_KEY",
     "VERSION_KEY",
     "RunIds",
     "isolation_applies",
     "read_config",
+    "read_source",
     "record_read",
+    "record_source",
     "recorded_incarnation",
     "recorded_version",
 ]
 
 VERSION_KEY = "_checkpoint_version"
 INCARNATION_KEY = "_checkpoint_incarnation"
+SOURCE_KEY = "_read_source"
 
 
 @dataclass(frozen=True)
@@ -155,3 +159,32 @@ def record_read(config: MutableMapping[str, Any], version: int, incarnation: int
         target.pop(INCARNATION_KEY, None)
     else:
         target[INCARNATION_KEY] = incarnation
+
+
+def record_source(config: MutableMapping[str, Any], source: ReadSource) -> None:
+    """Record where a read that tolerates lag was served from, beside ``thread_id``
+    (or ``user_id``, for a list of threads)."""
+    _, where = _lookup(config, "thread_id")
+    if where is None:
+        _, where = _lookup(config, "user_id")
+    target = where if isinstance(where, MutableMapping) else config
+    target[SOURCE_KEY] = source
+
+
+def read_source(config: Mapping[str, Any]) -> ReadSource | None:
+    """Where the last read of ``config`` that tolerates lag was served from: the
+    primary, or a replica and an upper bound of how far behind it may be (see
+    ``replica_urls``); None when no such read used the config.
+
+    The reads that tolerate lag are ``alist_threads``, ``alist_states``,
+    ``aget_messages`` and ``aexport_thread``. A read of a thread whose config
+    recorded a version (the run read or wrote it) always includes that version: a
+    replica that has not replayed it does not answer.
+    """
+    for key in ("thread_id", "user_id"):
+        _, where = _lookup(config, key)
+        if where is not None:
+            found = where.get(SOURCE_KEY)
+            return found if isinstance(found, ReadSource) else None
+    found = config.get(SOURCE_KEY)
+    return found if isinstance(found, ReadSource) else None

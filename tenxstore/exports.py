@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from .backends import Backend
 from .crypto import check_type, life_of
 from .errors import ConfigError, ImportConflict, SerializationError
 from .export_rows import (
@@ -48,16 +49,18 @@ class ThreadExports:
             stmt = select(*t.c).order_by(t.c.thread_id).limit(batch)
             if after is not None:
                 stmt = stmt.where(t.c.thread_id > after)
-            rows = await self._store.read(stmt)
+            rows = await self._store.read_lagging(stmt)
             for row in rows:
                 yield thread_info(row, self._store.keys)
             if len(rows) < batch:
                 return
             after = rows[-1].thread_id
 
-    async def _export(self, conn: AsyncConnection, thread_id: Any) -> ThreadExport | None:
+    async def _export(
+        self, conn: AsyncConnection, thread_id: Any, guard: Sequence[Any] = ()
+    ) -> ThreadExport | None:
         t = self._store.tables.threads
-        row = (await conn.execute(select(*t.c).where(t.c.thread_id == thread_id))).first()
+        row = (await conn.execute(select(*t.c).where(t.c.thread_id == thread_id, *guard))).first()
         if row is None:
             return None
         rows = await self._thread_rows(conn, thread_id)
@@ -100,8 +103,15 @@ class ThreadExports:
         """Everything stored of one thread, read in one snapshot; None when absent
         (or another user's while isolation applies)."""
         ids = self._store.ids(config)
-        async with self._store.snapshot() as conn:
-            export = await self._export(conn, ids.thread_id)
+        held = self._store.caught_up(config)  # a replica must hold the run's version
+
+        async def read(backend: Backend, on_replica: bool) -> ThreadExport | None:
+            async with backend.snapshot_here() as conn:
+                return await self._export(conn, ids.thread_id, held if on_replica else ())
+
+        export, _ = await self._store.lagging(
+            read, accept=(lambda found: found is not None) if held else None, config=config
+        )
         if export is None or (ids.isolated and export.thread.user_id != ids.user_id):
             return None
         return export

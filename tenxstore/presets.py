@@ -7,6 +7,7 @@ Each preset is a :class:`CachedCheckpointer` around a :class:`CheckpointReposito
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import make_url
@@ -89,6 +90,9 @@ class PgCheckpointer(CachedCheckpointer):
             ``TENXSTORE_KEYS``; unset, stored in clear). See docs/encryption.md.
         redis_timeout: Bound on every Redis call, in seconds (past it the call fails
             open to the database; see ``CachedCheckpointer``).
+        replica_urls: PostgreSQL standbys that serve the reads that tolerate lag, and
+            ``max_replica_lag`` their bound in seconds (see ``CheckpointRepository``;
+            also ``?replica=host[:port]`` in the DSN).
 
     Raises:
         ValueError: The PostgreSQL side or the Redis side is missing, or an argument
@@ -117,6 +121,8 @@ class PgCheckpointer(CachedCheckpointer):
         pool_mode: PoolMode = "session",
         keys: KeyRing | None = None,
         redis_timeout: float = 0.25,
+        replica_urls: Sequence[str] | None = None,
+        max_replica_lag: float | None = None,
     ) -> None:
         target = _pg_target(postgres_dsn, pg_pool, pool_config, (redis_url, redis, redis_pool))
         repository = CheckpointRepository(
@@ -131,6 +137,8 @@ class PgCheckpointer(CachedCheckpointer):
             lock_timeout=lock_timeout,
             pool_mode=pool_mode,
             keys=keys,
+            replica_urls=replica_urls,
+            max_replica_lag=max_replica_lag,
         )
         if redis_pool_config and redis_url is None:
             raise ConfigError("redis_pool_config applies only to a client created from redis_url")

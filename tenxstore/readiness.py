@@ -115,6 +115,7 @@ async def health(store: Store, keys: KeyRing | None) -> Health:
         return Health(store.where(), f"{type(exc.orig).__name__}: {exc.orig}", None, head)
     since = None if sealed is None else sealed.replace(tzinfo=sealed.tzinfo or timezone.utc)
     refused = keyless_refusal(store.where(), since) if keys is None else None
+    replicas = store.backend.replicas
     return Health(
         store.where(),
         None,
@@ -122,4 +123,5 @@ async def health(store: Store, keys: KeyRing | None) -> Health:
         head,
         sealed_since=since,
         encryption_error=None if refused is None else str(refused),
+        replicas=() if replicas is None else await replicas.health(),
     )

@@ -12,7 +12,7 @@ the LangGraph tables are collaborators it holds (``.ledger``, ``.exports``,
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy.engine import URL
@@ -77,6 +77,18 @@ class CheckpointRepository:
             found dead before anything was sent, a read): a
             :class:`~tenxstore.RetryPolicy`; default two tries, no wait. A write that
             reached the server is never sent again.
+        replica_urls: PostgreSQL standbys of the primary (URLs) that serve the reads
+            that tolerate lag — ``alist_threads``, ``aiter_threads``, history
+            (``alist_states``, ``aget_messages``), ``aexport_thread`` and the memory
+            store's searches and listings — while each is within ``max_replica_lag``
+            (else the primary answers). A read of a thread whose config recorded a
+            version (the run read or wrote it) is served by a replica only when the
+            replica holds that version, so a run never reads its own write as missing;
+            :func:`tenxstore.config.read_source` says where a read of a config was
+            served from. The URL form: ``?replica=host[:port]`` (repeated), sharing the
+            primary URL's user, password, database and options. See docs/deploy.md.
+        max_replica_lag: Seconds a replica may be behind the primary and still serve
+            (default 5; also ``?max_replica_lag=`` in the URL).
 
     Raises:
         ConfigError: An argument is invalid (a ``ValueError``).
@@ -97,6 +109,8 @@ class CheckpointRepository:
         pool_mode: PoolMode = "session",
         keys: KeyRing | None = None,
         retry: RetryPolicy | None = None,
+        replica_urls: Sequence[str | URL] | None = None,
+        max_replica_lag: float | None = None,
     ) -> None:
         opened = open_store(
             url_or_engine,
@@ -111,6 +125,8 @@ class CheckpointRepository:
             pool_mode=pool_mode,
             keys=keys,
             retry=retry,
+            replica_urls=replica_urls,
+            max_replica_lag=max_replica_lag,
         )
         self.store = store = opened.store
         """What the repository's collaborators share (:class:`~tenxstore.store.Store`):

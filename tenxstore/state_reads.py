@@ -47,9 +47,8 @@ async def list_states(
         .order_by(s.c.version.desc())
         .limit(limit)
     )
-    return [
-        snapshot_of(row, ids.thread_id, store.keys, life_of(row)) for row in await store.read(stmt)
-    ]
+    rows = await store.read_lagging(stmt, guard=store.caught_up(config), config=config)
+    return [snapshot_of(row, ids.thread_id, store.keys, life_of(row)) for row in rows]
 
 
 async def read_messages(
@@ -72,7 +71,5 @@ async def read_messages(
         )
         stmt = stmt.where(m.c.seq > after)
     stmt = stmt.order_by(m.c.seq).limit(limit)
-    return [
-        store.load(row.payload, ids.thread_id, MESSAGE, life_of(row))
-        for row in await store.read(stmt)
-    ]
+    rows = await store.read_lagging(stmt, guard=store.caught_up(config), config=config)
+    return [store.load(row.payload, ids.thread_id, MESSAGE, life_of(row)) for row in rows]

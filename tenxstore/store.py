@@ -9,13 +9,21 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, and_, delete, select, update
+from sqlalchemy import ColumnElement, Select, and_, delete, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
@@ -23,15 +31,23 @@ from sqlalchemy.sql import Executable
 from . import migrate
 from .backends import Backend
 from .backends.records import Head, HeadWrite
-from .config import RunIds, read_config
+from .config import (
+    RunIds,
+    read_config,
+    record_source,
+    recorded_incarnation,
+    recorded_version,
+)
 from .crypto import ENV, MESSAGE, KeyRing, Life
 from .errors import ConfigError, SerializationError, StaleStateError, ThreadOwnershipError
 from .serde import encode
 from .statements import Statements, load
+from .types import ReadSource
 from .validate import IdType, message_id
 
 #: How often a write creating a thread tries again when a concurrent delete took the
 #: row it found away before its lock was granted (each try waits out one delete).
+T = TypeVar("T")
 _CLAIMS = 10
 
 __all__ = ["Settings", "Store", "keyless_refusal", "message_role"]
@@ -280,6 +296,53 @@ class Store:
         if self.store_id is None:
             await self.ensure_ready()
         return list(await self.backend.read(stmt, params))
+
+    async def read_lagging(
+        self,
+        stmt: Select[Any],
+        *,
+        guard: Sequence[ColumnElement[bool]] = (),
+        config: MutableMapping[str, Any] | None = None,
+    ) -> list[Row[Any]]:
+        """One read that tolerates lag: on a replica within bound (see ``replica_urls``)
+        whose rows also meet ``guard`` there — when they are none, the primary answers
+        the statement without it — else on the primary. Where is recorded in ``config``
+        (:func:`tenxstore.config.read_source`)."""
+        guarded = stmt.where(*guard) if guard else stmt
+        rows, _ = await self.lagging(
+            lambda backend, on_replica: backend.read_here(guarded if on_replica else stmt),
+            accept=bool if guard else None,
+            config=config,
+        )
+        return list(rows)
+
+    async def lagging(
+        self,
+        work: Callable[[Backend, bool], Awaitable[T]],
+        *,
+        accept: Callable[[T], bool] | None = None,
+        config: MutableMapping[str, Any] | None = None,
+    ) -> tuple[T, ReadSource]:
+        """``work(backend, on_replica)`` on a replica within bound whose result ``accept``
+        takes, else on the primary; where is recorded in ``config``."""
+        if self.store_id is None:
+            await self.ensure_ready()
+        result, source = await self.backend.lagging(work, accept)
+        if config is not None:
+            record_source(config, source)
+        return result, source
+
+    def caught_up(
+        self, config: Mapping[str, Any], threads: Any = None
+    ) -> list[ColumnElement[bool]]:
+        """What a replica's ``threads`` row (of ``threads``, an alias, or the table)
+        must meet to hold the version ``config`` recorded (none recorded: nothing)."""
+        version = recorded_version(config)
+        if version is None:
+            return []
+        t = self.tables.threads if threads is None else threads
+        life = recorded_incarnation(config)
+        return [t.c.version >= version, *([] if life is None else [t.c.incarnation == life])]
 
     @asynccontextmanager
     async def snapshot(self) -> AsyncIterator[AsyncConnection]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, exists, select, update
 
 from .crypto import METADATA, NAME, life_of
 from .errors import SerializationError
@@ -62,7 +62,13 @@ async def list_threads(
     if ids.isolated:
         stmt = stmt.where(t.c.user_id == ids.user_id)
     stmt = stmt.order_by(t.c.updated_at.desc(), t.c.thread_id.desc()).limit(limit).offset(offset)
-    return [thread_info(row, store.keys) for row in await store.read(stmt)]
+    guard: list[ColumnElement[bool]] = []
+    if ids.thread_id is not None:  # the run's own thread listed as it last saw it, or later
+        own = t.alias("own")
+        if held := store.caught_up(config, own):
+            guard.append(exists().where(own.c.thread_id == ids.thread_id, *held))
+    rows = await store.read_lagging(stmt, guard=guard, config=config)
+    return [thread_info(row, store.keys) for row in rows]
 
 
 async def delete_thread(store: Store, config: dict[str, Any]) -> Commit | None:

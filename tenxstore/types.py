@@ -19,6 +19,8 @@ __all__ = [
     "MemoryHit",
     "MessageRecord",
     "OnConflict",
+    "ReadSource",
+    "ReplicaHealth",
     "StateSnapshot",
     "ThreadExport",
     "ThreadInfo",
@@ -189,6 +191,44 @@ class ThreadExport:
 
 
 @dataclass(frozen=True)
+class ReadSource:
+    """Where a read that tolerates lag was served from (see ``replica_urls``, and
+    :func:`tenxstore.config.read_source`).
+
+    Attributes:
+        replica: The standby that answered (its URL without password), or None: the
+            primary did.
+        lag: An upper bound, in seconds, of how far behind the primary the answer may
+            be (0.0: the primary's own).
+    """
+
+    replica: str | None
+    lag: float
+
+    @property
+    def primary(self) -> bool:
+        """Whether the primary answered."""
+        return self.replica is None
+
+
+@dataclass(frozen=True)
+class ReplicaHealth:
+    """What :meth:`acheck` found of one read replica (see ``replica_urls``).
+
+    Attributes:
+        replica: The standby (its URL without password).
+        lag: An upper bound, in seconds, of how far behind the primary it is (None:
+            not known).
+        error: Why it serves no reads now (down, refused, promoted, past its lag
+            bound), or None: it serves the reads that tolerate lag.
+    """
+
+    replica: str
+    lag: float | None
+    error: str | None
+
+
+@dataclass(frozen=True)
 class Health:
     """What :meth:`acheck` found: the database, its schema, and the cache.
 
@@ -205,6 +245,7 @@ class Health:
             marked, or not read: the schema is not at head).
         encryption_error: Why this checkpointer may not write: it has no key ring and
             the store holds sealed values (its writes raise ``ConfigError``), or None.
+        replicas: Each read replica's lag and error (empty: no ``replica_urls``).
     """
 
     database: str
@@ -217,6 +258,7 @@ class Health:
     pending_invalidations: int = 0
     sealed_since: datetime | None = None
     encryption_error: str | None = None
+    replicas: tuple[ReplicaHealth, ...] = ()
 
     @property
     def problems(self) -> list[str]:
@@ -233,6 +275,11 @@ class Health:
             found.append(f"encryption: {self.encryption_error}")
         if self.cache_error is not None:
             found.append(f"cache: {self.cache_error} (calls are served by the database)")
+        found.extend(
+            f"replica {r.replica}: {r.error} (its reads are served by the primary)"
+            for r in self.replicas
+            if r.error is not None
+        )
         return found
 
     @property

@@ -22,13 +22,14 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests import services
 from tests.servers import free_port
 
-__all__ = ["PG_BIN", "PgPair", "available", "poll"]
+__all__ = ["PG_BIN", "PgPair", "available", "poll", "started"]
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PROGRAMS = ("initdb", "pg_ctl", "postgres", "pg_basebackup", "pg_rewind", "psql")
@@ -460,6 +461,20 @@ class PgPair:
             shutil.rmtree(self._scratch, ignore_errors=True)
         self.standby = None
         atexit.unregister(self.stop)
+
+
+@contextlib.contextmanager
+def started(directory: Path, *, synchronous: bool) -> Iterator[PgPair]:
+    """A primary and a streaming standby, stopped afterwards (the programs missing:
+    skipped, or failed under CI)."""
+    if not available():
+        services.require_path("PostgreSQL 15's server programs", PG_BIN / "pg_rewind")
+    nodes = PgPair(directory, synchronous=synchronous)
+    try:
+        nodes.start()
+        yield nodes
+    finally:
+        nodes.stop()
 
 
 def _root() -> bool:

@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 from sqlalchemy import String, Table, event, func, select
 from sqlalchemy.engine import URL, Row
@@ -33,6 +33,7 @@ from ..errors import (
 )
 from ..loops import PerLoop, shut_down
 from ..models import Tables
+from ..types import ReadSource
 from ..validate import masked_url
 from .codes import OPENING_ERRORS
 from .connections import EngineSet, give_back, reset_or_discard
@@ -40,6 +41,7 @@ from .driver import DriverStatement
 from .failures import Failures
 from .memory_sql import KeywordSearch
 from .records import Footprint, Head, HeadWrite, LangGraphFastPath, StateWrite, TableSizes
+from .replicas import PRIMARY, ReplicaSet, current_route
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -54,6 +56,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DialectName = Literal["postgresql", "sqlite", "mysql"]
 DEFAULT_LOCK_TIMEOUT_S = 30.0
@@ -296,6 +300,8 @@ class Backend(Failures, ABC):
         SQLAlchemy's execution layer with them."""
         self._sql = sql
         self._listeners: list[Callable[[str], None]] = []
+        if self.replicas is not None:
+            self.replicas.bind(sql)
 
     def on_statement(self, listener: Callable[[str], None]) -> Callable[[], None]:
         """Call ``listener(sql)`` for every statement this backend sends on the running
@@ -322,9 +328,9 @@ class Backend(Failures, ABC):
         """The head of a thread (scoped to ``user_id`` unless it is None), or None."""
         sql = self._sql
         if user_id is None:
-            rows = await self.read(sql.head_state, {"b_thread": thread_id})
+            rows = await self.read_here(sql.head_state, {"b_thread": thread_id})
         else:
-            rows = await self.read(
+            rows = await self.read_here(
                 sql.head_state_of_user, {"b_thread": thread_id, "b_user": user_id}
             )
         if not rows:
@@ -364,11 +370,25 @@ class Backend(Failures, ABC):
     ) -> Any:
         """Run one compiled statement in autocommit at driver level; its first row (or
         None; ``many``: a list of its rows). Only where :attr:`one_statement_writes`
-        says so.
+        says so. A read runs on a replica when the call's reads tolerate lag and one is
+        within bound.
 
         Raises:
             ConnectionLost: The connection broke (a write: ``committed=None``).
         """
+        route = None if write else current_route()
+        if self.replicas is None or route is None:
+            return await self.run_here(stmt, values, write=write, many=many)
+        found, source = await self.replicas.serve(
+            lambda b, _: b.run_here(stmt, values, write=False, many=many)
+        )
+        route.served(source)
+        return found
+
+    async def run_here(
+        self, stmt: DriverStatement, values: Mapping[str, Any], *, write: bool, many: bool = False
+    ) -> Any:
+        """:meth:`run_statement` on this database."""
         raise NotImplementedError(f"{self.name} runs no statement at driver level")
 
     async def commit_head(self, write: HeadWrite) -> Head | None:
@@ -416,10 +436,37 @@ class Backend(Failures, ABC):
         url = self.engine.url
         return masked_url(url.set(drivername=url.get_backend_name()))
 
+    replicas: ReplicaSet | None = None
+    """The standbys that serve the reads that tolerate lag (``replica_urls``), or None."""
+
     async def read(
         self, stmt: Executable, params: dict[str, Any] | None = None
     ) -> Sequence[Row[Any]]:
-        """Run one read statement; retried once on a connection found dead.
+        """Run one read statement (:meth:`read_here`), on a replica when the call's reads
+        tolerate lag (:func:`~.replicas.tolerating_lag`) and one is within bound."""
+        route = current_route()
+        if self.replicas is None or route is None:
+            return await self.read_here(stmt, params)
+        rows, source = await self.replicas.serve(lambda b, _: b.read_here(stmt, params))
+        route.served(source)
+        return rows
+
+    async def lagging(
+        self,
+        work: Callable[[Backend, bool], Awaitable[T]],
+        accept: Callable[[T], bool] | None = None,
+    ) -> tuple[T, ReadSource]:
+        """``work(backend, on_replica)`` on a replica within bound whose result
+        ``accept`` takes (see :meth:`.replicas.ReplicaSet.serve`), else here."""
+        if self.replicas is None:
+            return await work(self, False), PRIMARY
+        return await self.replicas.serve(work, accept)
+
+    async def read_here(
+        self, stmt: Executable, params: dict[str, Any] | None = None
+    ) -> Sequence[Row[Any]]:
+        """Run one read statement on this database; retried once on a connection found
+        dead.
 
         Reads are idempotent, so a pooled connection that died while idle (a restarted
         server, a killed backend) costs one retry; the driver's disconnect marks the
@@ -436,9 +483,17 @@ class Backend(Failures, ABC):
                     raise self.translate(exc, committing=False) from exc
         raise AssertionError("unreachable")
 
+    def snapshot(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        """A read transaction that sees one snapshot of the database (of a replica within
+        bound when the call's reads tolerate lag)."""
+        route = current_route()
+        if self.replicas is None or route is None:
+            return self.snapshot_here()
+        return self.replicas.snapshot(lambda backend: backend.snapshot_here(), route)
+
     @asynccontextmanager
-    async def snapshot(self) -> AsyncIterator[AsyncConnection]:
-        """A read transaction that sees one snapshot of the database."""
+    async def snapshot_here(self) -> AsyncIterator[AsyncConnection]:
+        """A read transaction that sees one snapshot of this database."""
         async with self.connect() as conn:
             await self.snapshot_options(conn)
             async with conn.begin():
@@ -509,7 +564,10 @@ class Backend(Failures, ABC):
 
     async def aclose(self) -> None:
         """Close the connection pool of the running loop, if this backend created it
-        (a pool of another loop is closed when that loop shuts down)."""
+        (a pool of another loop is closed when that loop shuts down), and its
+        replicas'."""
+        if self.replicas is not None:
+            await self.replicas.aclose()
         if self.pool_per_loop:
             await self._engines.aclose_current()
         elif self.owns_engine:

@@ -192,7 +192,7 @@ class PostgresBackend(Backend):
         """One statement each, at driver level (:mod:`.postgres_memory`)."""
         return OneStatementMemory(store) if self.one_statement_writes else None
 
-    async def run_statement(
+    async def run_here(
         self, stmt: DriverStatement, values: Mapping[str, Any], *, write: bool, many: bool = False
     ) -> Any:
         """On a borrowed asyncpg connection, prepared (see :meth:`_hot`): a read is sent

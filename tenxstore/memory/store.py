@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sqlalchemy import select
 
 from ..backends import Backend
+from ..backends.replicas import tolerating_lag
 from ..crypto import KeyRing
 from ..embeddings import Embedding, as_embedding
 from ..errors import ConfigError
@@ -437,7 +438,7 @@ class MemoryStore(SyncTwins, indexing.Reindexing):
             .limit(limit)
             .offset(offset)
         )
-        return [rows.memory(row) for row in await self.base.read(stmt)]
+        return [rows.memory(row) for row in await self.base.read_lagging(stmt)]
 
     @traced(prefix="memory.")
     async def alist_namespaces(
@@ -466,7 +467,7 @@ class MemoryStore(SyncTwins, indexing.Reindexing):
         m = rows.m
         stmt = select(m.c.namespace).where(*rows.scope(users, start, self.base.now()))
         found: set[tuple[str, ...]] = set()
-        for row in await self.base.read(stmt.distinct()):
+        for row in await self.base.read_lagging(stmt.distinct()):
             labels = split(row.namespace)
             if suffix and labels[-len(suffix) :] != suffix:
                 continue
@@ -526,10 +527,12 @@ class MemoryStore(SyncTwins, indexing.Reindexing):
                     "this store keeps no keyword index (keyword_index=False): keyword "
                     "search needs it" + ("" if self.vectors else "; or give it an embedding")
                 )
-            return await keyword.search_by_words(self, users, ns, text, limit, threshold, keep)
+            with tolerating_lag():  # its reads may go to a replica (see replica_urls)
+                return await keyword.search_by_words(self, users, ns, text, limit, threshold, keep)
         if not limit:
             return []
-        return await self._vector_search(users, ns, text, limit, threshold, keep, mode)
+        with tolerating_lag():
+            return await self._vector_search(users, ns, text, limit, threshold, keep, mode)
 
     async def _vector_search(
         self,

@@ -12,6 +12,7 @@ import tenxstore
 from tenxstore import CheckpointRepository, ConfigError, ToolExecutionMismatch
 from tenxstore.backends import async_url
 from tenxstore.backends.pgoptions import asyncpg_options, several_hosts
+from tenxstore.backends.standbys import replicas_of_url
 from tenxstore.validate import masked_url
 from tests.conftest import cfg
 from tests.servers import free_port
@@ -189,3 +190,73 @@ async def test_a_mismatch_names_arguments_by_digest(cp: CheckpointRepository) ->
     message = str(other.value)
     assert "4111" not in message and "cvv" not in message and "123" not in message
     assert message.count("sha256:") == 2 and "'charge'" in message and "'call'" in message
+
+
+def test_replicas_named_in_the_url_share_the_primary_s_settings() -> None:
+    repo = CheckpointRepository(
+        f"postgresql://app:{SECRET}@h1:1,h2:2/db?replica=s1&replica=s2:5433"
+        "&max_replica_lag=2.5&sslmode=disable"
+    )
+    replicas = repo.backend.replicas
+    assert replicas is not None and replicas.max_lag == 2.5
+    urls = [r.backend.engine.url for r in replicas.replicas]
+    assert [(u.host, u.port) for u in urls] == [("s1", 5432), ("s2", 5433)]
+    for url in urls:
+        assert url.password == SECRET and url.username == "app" and url.database == "db"
+    _, standbys, lag = replicas_of_url(
+        async_url("postgresql://u@h1,h2/db?replica=s&sslmode=disable")
+    )
+    assert [dict(u.query) for u in standbys] == [{"sslmode": "disable"}]  # not read-write
+    assert lag is None
+    assert "replica" not in repo.backend.engine.url.query
+    assert SECRET not in replicas.replicas[0].name
+    given = CheckpointRepository(
+        "postgresql://u@h/db", replica_urls=["postgresql://u@s/db"], max_replica_lag=0.5
+    )
+    assert given.backend.replicas is not None and given.backend.replicas.max_lag == 0.5
+
+
+@pytest.mark.parametrize(
+    ("url", "options", "match"),
+    [
+        ("postgresql://u@h/db?replica=s:x", {}, "replica= must be host"),
+        ("postgresql://u@h/db?replica=u@s", {}, "replica= must be host"),
+        ("postgresql://u@h/db?replica=:5432", {}, "replica= must be host"),
+        ("postgresql://u@h/db?max_replica_lag=soon", {}, "max_replica_lag= must be a number"),
+        ("postgresql://u@h/db?max_replica_lag=-1", {}, "max_replica_lag must be a positive"),
+        ("postgresql://u@h/db", {"max_replica_lag": 0}, "max_replica_lag must be a positive"),
+        ("postgresql://u@h/db", {"replica_urls": "postgresql://u@s/db"}, "a list of URLs"),
+        ("postgresql://u@h/db", {"replica_urls": [None]}, "each of replica_urls"),
+        ("sqlite+aiosqlite://", {"replica_urls": ["postgresql://u@s/db"]}, "PostgreSQL standbys"),
+        ("postgresql://u@h/db", {"replica_urls": ["sqlite:///x.db"]}, "PostgreSQL standbys"),
+    ],
+)
+def test_replicas_that_cannot_be_are_refused(url: str, options: Any, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        CheckpointRepository(url, **options)
+
+
+async def test_a_replica_that_is_no_standby_or_down_serves_nothing(
+    pg_url: str, pg_schema: str
+) -> None:
+    """The primary named as its own replica (not in recovery: as a promoted standby
+    would be) and a replica that refuses are both skipped, saying why; every read is
+    the primary's and says so."""
+    dead = make_url(pg_url).set(host="127.0.0.1", port=free_port())
+    async with CheckpointRepository(pg_url, schema=pg_schema, replica_urls=[pg_url, dead]) as repo:
+        await repo.asetup()
+        config = cfg()
+        await repo.aput_state(config, {"n": 1})
+        for _ in range(3):
+            assert [s.version for s in await repo.alist_states(config)] == [1]
+            assert tenxstore.read_source(config) == tenxstore.ReadSource(None, 0.0)
+        replicas = repo.backend.replicas
+        assert replicas is not None
+        whys = [r.why for r in replicas.replicas]
+        assert "not in recovery" in whys[0]
+        assert "refused" in whys[1] or "connect" in whys[1]
+        assert all(r.served == 0 for r in replicas.replicas)
+        health = await repo.acheck()
+        assert [r.replica for r in health.replicas] == [r.name for r in replicas.replicas]
+        assert all(r.error for r in health.replicas) and not health.ok
+        assert any("not in recovery" in line for line in health.problems)

@@ -31,8 +31,7 @@ from tenxstore import (
     StaleStateError,
     TenxStoreError,
 )
-from tests import services
-from tests.replication import PG_BIN, PgPair, available
+from tests.replication import PgPair, started
 
 pytestmark = pytest.mark.slow  # two PostgreSQL servers per test: run once in CI
 
@@ -82,28 +81,17 @@ class Ledger:
         self.errors[name] += 1
 
 
-def started(directory: Path, *, synchronous: bool) -> Iterator[PgPair]:
-    """A primary and a streaming standby, stopped afterwards (the programs missing:
-    skipped, or failed under CI)."""
-    if not available():
-        services.require_path("PostgreSQL 15's server programs", PG_BIN / "pg_rewind")
-    nodes = PgPair(directory, synchronous=synchronous)
-    try:
-        nodes.start()
-        yield nodes
-    finally:
-        nodes.stop()
-
-
 @pytest.fixture(params=["synchronous", "asynchronous"])
 def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PgPair]:
-    yield from started(tmp_path, synchronous=request.param == "synchronous")
+    with started(tmp_path, synchronous=request.param == "synchronous") as nodes:
+        yield nodes
 
 
 @pytest.fixture
 def async_pair(tmp_path: Path) -> Iterator[PgPair]:
     """One asynchronous pair (the tests that are about a standby, not about its mode)."""
-    yield from started(tmp_path, synchronous=False)
+    with started(tmp_path, synchronous=False) as nodes:
+        yield nodes
 
 
 async def bounded(call: Any, ledger: Ledger) -> Any:

@@ -1,0 +1,292 @@
+"""Read replicas: the reads that tolerate lag served by a PostgreSQL standby whose lag
+is known to be within a bound, and by the primary otherwise.
+
+A replica is used only while an upper bound of how far it is behind the primary is at
+most ``max_replica_lag``. The bound is measured by a probe in two statements: the
+primary's flushed WAL position is read (at time ``t0``), then the standby says
+whether it has replayed that far. If it has, it holds every commit made before
+``t0``: its lag is at most ``now - t0``. If it has not, its lag is at most the age of
+the last transaction it replayed (``clock_timestamp() - pg_last_xact_replay_timestamp()``,
+on the standby's clock). A lag bound grows by at most a second a second, so a
+measurement stays valid without another round trip until it reaches the bound; the
+probe runs again, inline on the read that finds it past half the bound, once per
+replica at a time.
+
+A replica that is down, that refused us, that left recovery (promoted: it no longer
+follows this primary) or whose probe failed is skipped for :data:`SKIP_SECONDS`;
+its reads go to the primary meanwhile. A read that fails on a replica is run on the
+primary (reads are idempotent), so a replica never makes a read fail that the
+primary would have answered.
+
+What goes where is the caller's choice, statement by statement: a read a write will
+compare against never comes here (:mod:`tenxstore.store` routes only those that
+tolerate lag), and a read that must include the run's own write sends a guarded
+statement that returns nothing on a replica that has not caught up with it (then
+the primary answers).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..errors import ConnectionLost, DatabaseUnavailable
+from ..types import ReadSource, ReplicaHealth
+
+if TYPE_CHECKING:
+    from .base import Backend
+
+__all__ = [
+    "DEFAULT_MAX_LAG",
+    "PRIMARY",
+    "SKIP_SECONDS",
+    "ReplicaSet",
+    "Route",
+    "current_route",
+    "tolerating_lag",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_MAX_LAG = 5.0
+"""Seconds a replica may be behind the primary and still serve reads (by default)."""
+SKIP_SECONDS = 5.0
+"""How long a replica that failed (down, refused, promoted) is left alone."""
+PRIMARY = ReadSource(None, 0.0)
+
+_PRIMARY_POSITION = text("SELECT pg_current_wal_flush_lsn()::text")
+_REPLICA_POSITION = text(
+    "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn() >= CAST(CAST(:lsn AS text) AS pg_lsn),"
+    " EXTRACT(EPOCH FROM clock_timestamp() - pg_last_xact_replay_timestamp())::float8"
+)
+
+
+@dataclass
+class Replica:
+    """One standby and what is known of it."""
+
+    backend: Backend
+    name: str
+    lag: float | None = None
+    """The bound measured at :attr:`measured` (None: not known, not to be used)."""
+    measured: float = 0.0
+    skipped_until: float = 0.0
+    why: str = "not measured yet"
+    probing: bool = False
+    served: int = 0
+
+    def bound(self, now: float) -> float | None:
+        """An upper bound of its lag now (None: not known)."""
+        return None if self.lag is None else self.lag + max(0.0, now - self.measured)
+
+
+class Route:
+    """The reads of one call that tolerate lag (see :func:`tolerating_lag`): where they
+    went, the largest lag bound kept."""
+
+    def __init__(self) -> None:
+        self.source = PRIMARY
+        self.replicas = 0
+
+    def served(self, source: ReadSource) -> None:
+        if source.lag >= self.source.lag:
+            self.source = source
+
+
+_ROUTE: ContextVar[Route | None] = ContextVar("tenxstore_replica_route", default=None)
+
+
+def current_route() -> Route | None:
+    """The route of the running call when its reads tolerate lag, else None."""
+    return _ROUTE.get()
+
+
+@contextmanager
+def tolerating_lag() -> Iterator[Route]:
+    """Within the block, the repository's reads may be served by a replica (each is,
+    when one is within its bound; writes and locks always go to the primary). Never
+    around a ``yield`` of an async generator: a context variable set there leaks
+    into its consumer."""
+    route = Route()
+    token = _ROUTE.set(route)
+    try:
+        yield route
+    finally:
+        _ROUTE.reset(token)
+
+
+class ReplicaSet:
+    """The standbys of a primary, used in turn while their lag is within bound.
+
+    Args:
+        primary: The primary's backend (it answers every read no replica may).
+        replicas: A backend per standby (PostgreSQL, opened like the primary's).
+        max_lag: Seconds a replica may be behind and still serve.
+        clock: Monotonic seconds (tests give their own).
+    """
+
+    def __init__(
+        self,
+        primary: Backend,
+        replicas: Sequence[Backend],
+        max_lag: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.primary = primary
+        self.max_lag = max_lag
+        self.replicas = [Replica(backend, backend.describe()) for backend in replicas]
+        self._clock = clock
+        self._turn = 0
+        self.primary_reads = 0
+        """Reads that tolerated lag and went to the primary (no replica fit)."""
+
+    def bind(self, sql: Any) -> None:
+        """Give each standby the primary's statements (its driver-level reads)."""
+        for replica in self.replicas:
+            replica.backend.bind(sql)
+
+    async def aclose(self) -> None:
+        """Close each standby's pool of the running loop."""
+        for replica in self.replicas:
+            await replica.backend.aclose()
+
+    # -- choosing -------------------------------------------------------------------
+
+    async def pick(self) -> tuple[Replica, float] | None:
+        """A replica whose lag is within bound, and its bound; each in turn. None: none
+        is (the primary answers)."""
+        count = len(self.replicas)
+        start, self._turn = self._turn, (self._turn + 1) % count
+        for step in range(count):
+            replica = self.replicas[(start + step) % count]
+            now = self._clock()
+            if now < replica.skipped_until:
+                continue
+            bound = replica.bound(now)
+            if (bound is None or bound > self.max_lag / 2) and not replica.probing:
+                await self.probe(replica)
+                now = self._clock()
+                bound = replica.bound(now)
+            if bound is not None and bound <= self.max_lag and now >= replica.skipped_until:
+                return replica, bound
+        return None
+
+    async def probe(self, replica: Replica) -> None:
+        """Measure an upper bound of ``replica``'s lag (see the module's docstring)."""
+        replica.probing = True
+        try:
+            started = self._clock()
+            try:
+                position = (await self.primary.read_here(_PRIMARY_POSITION))[0][0]
+            except Exception as exc:  # the reads then go to the primary, which says why
+                replica.lag, replica.why = None, f"the primary's WAL position: {exc}"
+                return
+            asked = self._clock()
+            try:
+                row: Any = (await replica.backend.read_here(_REPLICA_POSITION, {"lsn": position}))[
+                    0
+                ]
+            except Exception as exc:
+                self.failed(replica, exc)
+                return
+            recovering, caught_up, behind = row[0], row[1], row[2]
+            if not recovering:
+                self._skip(replica, "it is not in recovery: promoted, it follows no primary")
+                return
+            replica.skipped_until = 0.0  # it answers, as a standby
+            if caught_up:
+                replica.lag, replica.measured, replica.why = 0.0, started, ""
+            elif behind is None:
+                replica.lag, replica.why = None, "it has replayed no transaction yet"
+            else:
+                replica.lag, replica.measured = max(0.0, float(behind)), asked
+                replica.why = "" if replica.lag <= self.max_lag else "it lags past the bound"
+        finally:
+            replica.probing = False
+
+    async def health(self) -> tuple[ReplicaHealth, ...]:
+        """Each replica measured now: its lag bound, and why it serves no reads."""
+        found = []
+        for replica in self.replicas:
+            await self.probe(replica)
+            bound = replica.bound(self._clock())
+            error = replica.why or None
+            if error is None and (bound is None or bound > self.max_lag):
+                error = f"it lags past max_replica_lag ({self.max_lag:g} s)"
+            found.append(ReplicaHealth(replica.name, bound, error))
+        return tuple(found)
+
+    def failed(self, replica: Replica, exc: BaseException) -> None:
+        """A read or probe on ``replica`` failed: skip it for a while."""
+        self._skip(replica, str(exc) or type(exc).__name__)
+
+    def _skip(self, replica: Replica, why: str) -> None:
+        if replica.skipped_until <= self._clock():
+            log.warning("replica %s skipped for %.0f s: %s", replica.name, SKIP_SECONDS, why)
+        replica.lag, replica.why = None, why
+        replica.skipped_until = self._clock() + SKIP_SECONDS
+
+    # -- serving ---------------------------------------------------------------------
+
+    async def serve(
+        self,
+        work: Callable[[Backend, bool], Awaitable[T]],
+        accept: Callable[[T], bool] | None = None,
+    ) -> tuple[T, ReadSource]:
+        """``work(backend, on_replica)`` on a replica within bound whose result
+        ``accept`` takes; else on the primary. A replica's failure is never the
+        caller's: the primary answers instead."""
+        picked = await self.pick()
+        if picked is not None:
+            replica, bound = picked
+            started = self._clock()
+            try:
+                result = await work(replica.backend, True)
+            except (DatabaseUnavailable, ConnectionLost) as exc:
+                self.failed(replica, exc)
+            except Exception as exc:  # e.g. a conflict with recovery: not the caller's
+                log.info("a read on replica %s failed (%s): the primary answers", replica.name, exc)
+            else:
+                if accept is None or accept(result):
+                    replica.served += 1
+                    elapsed = self._clock() - started
+                    return result, ReadSource(replica.name, bound + elapsed)
+        self.primary_reads += 1
+        return await work(self.primary, False), PRIMARY
+
+    @asynccontextmanager
+    async def snapshot(
+        self, enter: Callable[[Backend], Any], route: Route
+    ) -> AsyncIterator[AsyncConnection]:
+        """A snapshot (``enter(backend)``, a context manager) on a replica within bound,
+        else on the primary. Only its opening falls back: what runs inside is the
+        caller's."""
+        picked = await self.pick()
+        async with AsyncExitStack() as stack:
+            conn: AsyncConnection | None = None
+            if picked is not None:
+                replica, bound = picked
+                try:
+                    conn = await stack.enter_async_context(enter(replica.backend))
+                except (DatabaseUnavailable, ConnectionLost, DBAPIError) as exc:
+                    self.failed(replica, exc)
+                else:
+                    replica.served += 1
+                    route.served(ReadSource(replica.name, bound))
+            if conn is None:
+                self.primary_reads += 1
+                route.served(PRIMARY)
+                conn = await stack.enter_async_context(enter(self.primary))
+            assert conn is not None
+            yield conn
