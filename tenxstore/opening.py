@@ -16,10 +16,8 @@ from typing import Any, NamedTuple
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .backends import POOL_MODES, PoolMode, async_url, open_backend
-from .backends.replicas import ReplicaSet
+from .backends import POOL_MODES, PoolMode, open_with_replicas
 from .backends.retry import RetryPolicy
-from .backends.standbys import checked_replica_urls, replica_lag, replicas_of_url
 from .crypto import KeyRing
 from .errors import ConfigError
 from .models import tables_for
@@ -122,26 +120,15 @@ def open_store(
     schema = check_schema_name(schema)
     if engine_options is not None and not isinstance(engine_options, dict):
         raise ConfigError("engine_options must be a dict")
-    standbys = checked_replica_urls(replica_urls)
-    lag_in_url = None
-    if isinstance(url_or_engine, (str, URL)):
-        url_or_engine, in_url, lag_in_url = replicas_of_url(async_url(url_or_engine))
-        standbys += in_url
-    max_lag = replica_lag(max_replica_lag, lag_in_url)
-    opened = [
-        open_backend(
-            url, engine_options=engine_options, lock_timeout=lock_timeout, pool_mode=pool_mode
-        )
-        for url in [url_or_engine, *standbys]
-    ]
-    backend = opened[0]
-    for each in opened:
-        if retry is not None:
-            each.retry = retry
-    if standbys:
-        if any(each.dialect != "postgresql" for each in opened):
-            raise ConfigError("replica_urls are PostgreSQL standbys of a PostgreSQL primary")
-        backend.replicas = ReplicaSet(backend, opened[1:], max_lag)
+    backend = open_with_replicas(
+        url_or_engine,
+        replica_urls,
+        max_replica_lag,
+        engine_options=engine_options,
+        lock_timeout=lock_timeout,
+        retry=retry,
+        pool_mode=pool_mode,
+    )
     if schema is not None and not backend.supports_schema:
         raise ConfigError(f"schema= is a PostgreSQL option; {backend.dialect} has no schemas")
     tables = tables_for(settings.id_type, settings.user_id_type, schema)

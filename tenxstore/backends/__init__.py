@@ -25,7 +25,10 @@ from .mysql import MysqlBackend
 from .pgbouncer import PgBouncerBackend, transaction_pooling_args
 from .pgoptions import several_hosts
 from .postgres import PostgresBackend
+from .replicas import ReplicaSet
+from .retry import RetryPolicy
 from .sqlite import MemoryBackend, SqliteBackend, is_memory
+from .standbys import checked_replica_urls, replica_lag, replicas_of_url
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT_S",
@@ -35,6 +38,7 @@ __all__ = [
     "PoolMode",
     "async_url",
     "open_backend",
+    "open_with_replicas",
     "transaction_pooling_args",
 ]
 
@@ -120,3 +124,35 @@ def open_backend(
         return cls.create_engine(url, options, lock_timeout)
 
     return cls(make(), owns_engine=True, lock_timeout=lock_timeout, make_engine=make)
+
+
+def open_with_replicas(
+    url_or_engine: str | URL | AsyncEngine,
+    replica_urls: Any,
+    max_replica_lag: Any,
+    retry: RetryPolicy | None = None,
+    **options: Any,
+) -> Backend:
+    """The primary's backend (:func:`~tenxstore.backends.open_backend` with
+    ``options``), with its standbys — those ``replica_urls`` and the URL name —
+    opened alike as its :attr:`~.base.Backend.replicas` (see :mod:`.standbys`); each
+    retries as ``retry`` says (None: the default policy).
+
+    Raises:
+        ConfigError: Bad replica arguments, or replicas of anything but PostgreSQL.
+    """
+    standbys: list[str | URL] = checked_replica_urls(replica_urls)
+    in_url = None
+    if isinstance(url_or_engine, (str, URL)):
+        url_or_engine, named, in_url = replicas_of_url(async_url(url_or_engine))
+        standbys += named
+    max_lag = replica_lag(max_replica_lag, in_url)
+    primary, *replicas = [open_backend(url, **options) for url in [url_or_engine, *standbys]]
+    if retry is not None:
+        for backend in [primary, *replicas]:
+            backend.retry = retry
+    if replicas:
+        if any(each.dialect != "postgresql" for each in [primary, *replicas]):
+            raise ConfigError("replica_urls are PostgreSQL standbys of a PostgreSQL primary")
+        primary.replicas = ReplicaSet(primary, replicas, max_lag)
+    return primary

@@ -10,7 +10,8 @@ the last transaction it replayed (``clock_timestamp() - pg_last_xact_replay_time
 on the standby's clock). A lag bound grows by at most a second a second, so a
 measurement stays valid without another round trip until it reaches the bound; the
 probe runs again, inline on the read that finds it past half the bound, once per
-replica at a time.
+replica at a time, and at most once per quarter of the bound (a replica found behind
+is not probed by every read while it catches up).
 
 A replica that is down, that refused us, that left recovery (promoted: it no longer
 follows this primary) or whose probe failed is skipped for :data:`SKIP_SECONDS`;
@@ -81,6 +82,9 @@ class Replica:
     lag: float | None = None
     """The bound measured at :attr:`measured` (None: not known, not to be used)."""
     measured: float = 0.0
+    probed: float = float("-inf")
+    """When it was last probed: a replica found behind is probed again only after a
+    quarter of the bound, not by every read meanwhile."""
     skipped_until: float = 0.0
     why: str = "not measured yet"
     probing: bool = False
@@ -174,7 +178,8 @@ class ReplicaSet:
             if now < replica.skipped_until:
                 continue
             bound = replica.bound(now)
-            if (bound is None or bound > self.max_lag / 2) and not replica.probing:
+            stale = bound is None or bound > self.max_lag / 2
+            if stale and not replica.probing and now - replica.probed >= self.max_lag / 4:
                 await self.probe(replica)
                 now = self._clock()
                 bound = replica.bound(now)
@@ -186,7 +191,7 @@ class ReplicaSet:
         """Measure an upper bound of ``replica``'s lag (see the module's docstring)."""
         replica.probing = True
         try:
-            started = self._clock()
+            started = replica.probed = self._clock()
             try:
                 position = (await self.primary.read_here(_PRIMARY_POSITION))[0][0]
             except Exception as exc:  # the reads then go to the primary, which says why

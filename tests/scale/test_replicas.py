@@ -170,7 +170,11 @@ async def test_a_replica_that_is_down_is_skipped_and_used_again(nodes: PgPair) -
         await repo.asetup()
         mine = config("down")
         await repo.aput_checkpoint(mine, {"n": 1})
-        nodes._stop_node("b")
+        poll(lambda: replayed(nodes), "the standby replaying the write")
+        stranger = config("down")
+        await repo.alist_states(stranger)  # a pooled connection to the standby, in use
+        assert not read_source(stranger).primary
+        nodes._stop_node("b")  # immediate: its pooled connection is dead
         try:
             for _ in range(3):
                 assert [s.version for s in await repo.alist_states(config("down"))] == [1]
