@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import services
+from tests import replication, services
 
 ROOT = Path(__file__).resolve().parents[1]
 # What the benchmarks import from the bench extra: LangGraph's own savers to compare
@@ -134,3 +134,21 @@ def test_langgraph_held_smoke() -> None:
     services.require_modules("bench", PG_SAVER)  # langgraph_chat.py, which it imports
     printed = run_benchmark("langgraph_held.py", "--turns", "4", "--runs", "1")
     assert printed.splitlines()[2].startswith("| 1 | ")
+
+
+@pytest.mark.slow
+def test_replica_reads_smoke() -> None:
+    """A primary and a standby of its own: the three systems, and reads that moved."""
+    if not replication.available():  # the rule of tests.replication.started
+        services.require_path("PostgreSQL 15's server programs", replication.PG_BIN / "pg_rewind")
+    printed = run_benchmark("replica_reads.py", "--rounds", "1", "--reads", "5")
+    table = printed[printed.index("| system |") :].splitlines()
+    rows = [line.split(" | ") for line in table[2:] if line.startswith("| ")]
+    assert [row[0] for row in rows] == [
+        "| floor (asyncpg, primary)",
+        "| primary alone",
+        "| primary + 1 replica",
+    ]
+    served = {row[0][2:]: row[-2] for row in rows}  # the share of reads a replica served
+    assert served["primary alone"] == "0%"
+    assert served["primary + 1 replica"] != "0%"
