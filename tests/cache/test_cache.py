@@ -97,9 +97,11 @@ async def test_write_stores_the_state_with_its_version_and_ttl(
     raw = await redis_client.get("cachetest:t1:alice")
     assert raw is not None and raw.startswith(b'{"__checkpoint_version__":1,')
     life = config["_checkpoint_incarnation"]
+    master = (await redis_client.info("replication"))["master_replid"]
     assert tenxstore.serde.decode(raw) == {
         "__checkpoint_version__": 1,
         "__checkpoint_incarnation__": life,
+        "__checkpoint_master__": master,  # the master that stored it
         "a": 1,
     }
     assert 590_000 < await redis_client.pttl("cachetest:t1:alice") <= 600_000
@@ -113,6 +115,7 @@ async def test_no_ttl(wrap: Any, redis_url: str, redis_client: Redis) -> None:
     assert entry["__checkpoint_version__"] == 1 and set(entry) == {
         "__checkpoint_version__",
         "__checkpoint_incarnation__",
+        "__checkpoint_master__",
     }
 
 
@@ -288,7 +291,7 @@ async def test_a_caller_client_is_bounded_too(wrap: Any, black_hole: int) -> Non
     # A hang guard, not a speed check: without the library's own bound this call
     # waits for the client's 30 s socket timeout and wait_for fails.
     assert await asyncio.wait_for(cp.aget_state_cache(cfg()), 10) is None
-    assert sent == ["GET"]  # it was tried, and its failure opened the window
+    assert sent == ["EVALSHA"]  # the read was tried, and its failure opened the window
     assert (await cp.acheck()).cache_down_for > 0
     await patient.aclose()
 
