@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -80,6 +81,12 @@ FENCE_SECONDS = 60.0
 MAX_PUT_AGE = 20.0  # well inside FENCE_SECONDS, with room for the call's own timeout
 _MAX_DIRTY = 10_000
 _FENCE_PREFIX = b'{"__checkpoint_fence__":'
+
+# An entry's head with the master member (the read script checked it): taken out here.
+_MASTER_MEMBER = re.compile(
+    rb'( ?\{\s*"__checkpoint_version__"\s*:\s*\d+\s*,\s*"__checkpoint_incarnation__"\s*:\s*\d+)'
+    rb'\s*,\s*"__checkpoint_master__"\s*:\s*"[0-9a-f]+"'
+)
 
 Fence = tuple[int, int]
 """(incarnation, version): refuse anything below it."""
@@ -379,7 +386,10 @@ class RedisCache:
         if len(found) == 1:
             return None, False
         raw: bytes = found[1]
-        return raw, len(found) == 2
+        if len(found) == 3:
+            return raw, False
+        head = _MASTER_MEMBER.match(raw)
+        return (raw if head is None else head[1] + raw[head.end() :]), True
 
     async def put(
         self,

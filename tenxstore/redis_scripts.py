@@ -153,10 +153,11 @@ return redis.call('DEL', KEYS[1])
 
 
 # KEYS[1] key. Returns {master} for a miss (no entry, a fence, or an entry of another
-# master: dropped), {master, entry} for an entry of this master (its master member taken
-# out: the entry as the cache's reader decodes it), and {master, value, 0} for a value
-# that names no master (written by a release before this one, or not an entry at all:
-# the reader drops it). JSON's optional spaces are allowed around the head's members.
+# master: dropped), {master, entry} for an entry of this master, and {master, value, 0}
+# for a value that names no master (written by a release before this one, or not an
+# entry at all: the reader drops it). JSON's optional spaces are allowed around the
+# head's members. The entry is returned whole: the reader takes the master member out
+# (each Lua string made of a large entry costs Redis a copy; see benchmarks/cache_read.py).
 GET_SCRIPT = (
     _MASTER
     + """
@@ -164,10 +165,10 @@ local id = master_id()
 if not id then return redis.error_reply(NOT_MASTER) end
 local value = redis.call('GET', KEYS[1])
 if not value then return {id} end
-local s, e, head, tag = string.find(value, '^( ?{%s*"__checkpoint_version__"%s*:%s*%d+%s*,'
-  .. '%s*"__checkpoint_incarnation__"%s*:%s*%d+)%s*,%s*"__checkpoint_master__"%s*:%s*"(%x+)"')
-if s then
-  if tag == id then return {id, head .. string.sub(value, e + 1)} end
+local tag = string.match(value, '^ ?{%s*"__checkpoint_version__"%s*:%s*%d+%s*,'
+  .. '%s*"__checkpoint_incarnation__"%s*:%s*%d+%s*,%s*"__checkpoint_master__"%s*:%s*"(%x+)"')
+if tag then
+  if tag == id then return {id, value} end
   redis.call('DEL', KEYS[1])
   return {id}
 end

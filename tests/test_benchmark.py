@@ -134,3 +134,14 @@ def test_langgraph_held_smoke() -> None:
     services.require_modules("bench", PG_SAVER)  # langgraph_chat.py, which it imports
     printed = run_benchmark("langgraph_held.py", "--turns", "4", "--runs", "1")
     assert printed.splitlines()[2].startswith("| 1 | ")
+
+
+def test_cache_read_smoke() -> None:
+    """The read script against a plain GET: the table, for each state size."""
+    printed = run_benchmark("cache_read.py", "--rounds", "2", "--calls", "5", "--size", "500")
+    rows = [line.split(" | ")[:2] for line in printed.splitlines()[3:]]
+    assert rows == [
+        ["| 500 B", "ms (p50)"],
+        ["| 500 B", "ms CPU (mean)"],
+        ["| 500 B", "Redis µs/call"],
+    ]
