@@ -9,12 +9,14 @@ without parsing the state. A *fence* is a small value that stands in for an entr
 
     {"__checkpoint_fence__":[43,0]}
 
-It reads as a miss, and the guarded put refuses anything below it. An entry also names
-the master that stored it (``"__checkpoint_master__"``, after the incarnation; taken
-out before the entry is read): a read serves only the master's own entries, and a put
-lands only on the master its caller knew before it read or wrote the database (see
-:mod:`tenxstore.redis_scripts`), so a replica promoted without the last writes and
-fences never serves an older state than the database holds. A delete fences
+It reads as a miss, and the guarded put refuses anything below it. An entry is stored
+behind the name of the master that stored it (``m:<master_replid>:``, cut off before
+the entry is decoded; a fence has none): a read serves only the master's own entries,
+and a put lands only on the master its caller knew before it read or wrote the
+database (see :mod:`tenxstore.redis_scripts`), so a replica promoted without the last
+writes and fences never serves an older state than the database holds. The name is a
+prefix, not a member, so that a release before this one reads such a value as one that
+does not decode (a miss), never as a member of the state. A delete fences
 the thread's keys above the deleted incarnation; a write fences the other isolation
 mode's key at its new version. Fences live :data:`FENCE_SECONDS`, and a put that was
 prepared longer than :data:`MAX_PUT_AGE` before it is sent is not sent (it fences
@@ -31,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -82,11 +83,6 @@ MAX_PUT_AGE = 20.0  # well inside FENCE_SECONDS, with room for the call's own ti
 _MAX_DIRTY = 10_000
 _FENCE_PREFIX = b'{"__checkpoint_fence__":'
 
-# An entry's head with the master member (the read script checked it): taken out here.
-_MASTER_MEMBER = re.compile(
-    rb'( ?\{\s*"__checkpoint_version__"\s*:\s*\d+\s*,\s*"__checkpoint_incarnation__"\s*:\s*\d+)'
-    rb'\s*,\s*"__checkpoint_master__"\s*:\s*"[0-9a-f]+"'
-)
 
 Fence = tuple[int, int]
 """(incarnation, version): refuse anything below it."""
@@ -370,8 +366,9 @@ class RedisCache:
 
         The value is None when the key is absent, holds a fence or another master's entry
         (dropped), when an invalidation of it is pending, or Redis is unavailable; an
-        entry of this master comes without its master member. A value that names no
-        master (an earlier release's entry, or garbage) is returned with False.
+        entry of this master comes without its name (``m:<master>:``), as
+        :func:`decode_entry` reads it. A value that names no master (an earlier
+        release's entry, or garbage) is returned with False: never to be served.
         """
 
         def get(client: Any) -> Awaitable[Any]:
@@ -386,10 +383,10 @@ class RedisCache:
         if len(found) == 1:
             return None, False
         raw: bytes = found[1]
-        if len(found) == 3:
+        tag = b"m:" + found[0] + b":"
+        if len(found) == 3 or not raw.startswith(tag):
             return raw, False
-        head = _MASTER_MEMBER.match(raw)
-        return (raw if head is None else head[1] + raw[head.end() :]), True
+        return raw[len(tag) :], True
 
     async def put(
         self,

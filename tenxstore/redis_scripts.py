@@ -16,6 +16,18 @@ fences). So a replica promoted without the last writes and fences its old master
 never serves what it holds from before, nor takes a put that a lost fence would have
 refused. Both refuse to run on a replica (``READONLY``: redis-py's Sentinel client then
 asks the sentinels for the master again).
+
+The name is a prefix in front of the JSON, never a member of it::
+
+    m:<master_replid>:{"__checkpoint_version__":7,"__checkpoint_incarnation__":42,...}
+
+so a process of a release before this one (during a rolling upgrade) never takes it
+for a member of the state: the value is not JSON to it, a miss it logs and drops (the
+database answers). Its put script does not read the prefixed head either, and may
+replace the entry with one of its own, without the prefix: this release serves no
+such value (a miss, then a refill through the guarded put), while its guard still
+reads that value's version and incarnation, and fences (unchanged: no prefix) are
+honoured by both releases.
 """
 
 from __future__ import annotations
@@ -43,22 +55,23 @@ __all__ = [
 
 # The scripts read a key's head (entry or fence) the same way. Numbers travel as
 # strings and are compared with tonumber (exact below 2**53); a number is never turned
-# back into text inside the script (Lua would write 1e+15). An entry's head is its
-# version, its incarnation and the master that stored it (a replication id, 40 hex
-# digits): under 170 bytes.
+# back into text inside the script (Lua would write 1e+15). An entry's head is the
+# master that stored it (``m:`` and a replication id, 40 hex digits, and ``:``; none on
+# an entry of an earlier release), its version and its incarnation: under 150 bytes.
+# parse returns the incarnation, the version, whether it is a fence, and the master
+# (nil: the entry names none).
 _PARSE_HEAD = """
 local function parse(key)
   local head = redis.call('GETRANGE', key, 0, 255)
   if head == '' then return nil end
   local i, v = string.match(head, '^{"__checkpoint_fence__":%[(%d+),(%d+)%]')
   if i then return i, v, true end
+  local tag, at = string.match(head, '^m:(%x+):()')
+  if at then head = string.sub(head, at) end
   v, i = string.match(head, '^ ?{"__checkpoint_version__":(%d+),"__checkpoint_incarnation__":(%d+)')
-  if v then
-    return i, v, false, string.match(head, '^ ?{"__checkpoint_version__":%d+,'
-      .. '"__checkpoint_incarnation__":%d+,"__checkpoint_master__":"(%x+)"')
-  end
+  if v then return i, v, false, tag end
   v = string.match(head, '^ ?{"__checkpoint_version__":(%d+)')
-  if v then return '0', v, false end
+  if v then return '0', v, false, tag end
   return nil
 end
 local function below(i1, v1, i2, v2)
@@ -85,11 +98,13 @@ end
 # members after its '{' (',"a":1}' or '}')   ARGV[6] '1': only replace, never create
 # ARGV[7] the master the caller knew before it read or wrote the database ('': none)
 # ARGV[8] fence ttl in ms
-# Returns {code, master}: code 1 when stored, 0 when the key holds an entry or a fence
-# above it, 2 when the key is empty (or holds another master's entry) and ARGV[6]
-# forbids creating it, 3 when ARGV[7] is not this master: what the caller read or wrote
-# may predate a fence the master it knew took and this one never got, so it is not
-# stored; a fence at its version is (another master's entry below it is replaced).
+# Stores 'm:<this master>:' and the entry's JSON. Returns {code, master}: code 1 when
+# stored, 0 when the key holds an entry (of any master, or of an earlier release that
+# names none) or a fence above it, 2 when the key is empty (or holds an entry that is
+# not this master's) and ARGV[6] forbids creating it, 3 when ARGV[7] is not this
+# master: what the caller read or wrote may predate a fence the master it knew took and
+# this one never got, so it is not stored; a fence at its version is (an entry below it
+# is replaced).
 PUT_SCRIPT = (
     _PARSE_HEAD
     + _MASTER
@@ -113,9 +128,8 @@ if inc == '' then
   inc = ci or '0'
 end
 if ci and below(inc, ARGV[2], ci, cv) then return {0, id} end
-local value = ARGV[4] .. '{"__checkpoint_version__":' .. ARGV[2]
-  .. ',"__checkpoint_incarnation__":' .. inc .. ',"__checkpoint_master__":"' .. id .. '"'
-  .. ARGV[5]
+local value = 'm:' .. id .. ':' .. ARGV[4] .. '{"__checkpoint_version__":' .. ARGV[2]
+  .. ',"__checkpoint_incarnation__":' .. inc .. ARGV[5]
 if tonumber(ARGV[3]) > 0 then
   redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
 else
@@ -153,11 +167,11 @@ return redis.call('DEL', KEYS[1])
 
 
 # KEYS[1] key. Returns {master} for a miss (no entry, a fence, or an entry of another
-# master: dropped), {master, entry} for an entry of this master, and {master, value, 0}
-# for a value that names no master (written by a release before this one, or not an
-# entry at all: the reader drops it). JSON's optional spaces are allowed around the
-# head's members. The entry is returned whole: the reader takes the master member out
-# (each Lua string made of a large entry costs Redis a copy; see benchmarks/cache_read.py).
+# master: dropped), {master, entry} for an entry of this master (``m:<master>:`` and
+# the JSON), and {master, value, 0} for a value that names no master (written by a
+# release before this one, or not an entry at all: the reader drops it). The entry is
+# returned whole: the reader cuts the prefix off (each Lua string made of a large entry
+# costs Redis a copy; see benchmarks/cache_read.py).
 GET_SCRIPT = (
     _MASTER
     + """
@@ -165,8 +179,7 @@ local id = master_id()
 if not id then return redis.error_reply(NOT_MASTER) end
 local value = redis.call('GET', KEYS[1])
 if not value then return {id} end
-local tag = string.match(value, '^ ?{%s*"__checkpoint_version__"%s*:%s*%d+%s*,'
-  .. '%s*"__checkpoint_incarnation__"%s*:%s*%d+%s*,%s*"__checkpoint_master__"%s*:%s*"(%x+)"')
+local tag = string.match(value, '^m:(%x+):')
 if tag then
   if tag == id then return {id, value} end
   redis.call('DEL', KEYS[1])

@@ -140,10 +140,12 @@ async def test_a_replica_promoted_without_the_last_writes_never_serves_them(
     await cached.aput_state(cfg("t2"), {"doomed": True})
     key1, key2 = "sentinel:t1:alice", "sentinel:t2:alice"
 
+    master_a = str(nodes.info("a")["master_replid"]).encode()
+
     def replicated() -> bool:
-        return (nodes.get("b", key1) or b"").startswith(b'{"__checkpoint_version__":1,') and (
-            nodes.get("b", key2) is not None
-        )
+        return (nodes.get("b", key1) or b"").startswith(
+            b"m:" + master_a + b':{"__checkpoint_version__":1,'
+        ) and (nodes.get("b", key2) is not None)
 
     poll(replicated, "b holding v1 of t1 and t2's entry")
     # b stops following a (it is a master of its own from here: the replication id it
@@ -152,8 +154,10 @@ async def test_a_replica_promoted_without_the_last_writes_never_serves_them(
     await cached.aput_state(cfg("t1"), {"v": 2})
     assert await cached.aclean_thread(cfg("t2"))
     assert (nodes.get("a", key2) or b"").startswith(b'{"__checkpoint_fence__":')
-    stale = nodes.get("b", key1)
-    assert stale is not None and stale.startswith(b'{"__checkpoint_version__":1,')
+    stale = nodes.get("b", key1)  # a's entry still, named by a
+    assert stale is not None and stale.startswith(
+        b"m:" + master_a + b':{"__checkpoint_version__":1,'
+    )
     assert nodes.get("b", key2) is not None  # b never got the fence
     nodes.kill("a")  # a dies with what b never got; the sentinels promote b
     named = nodes.wait_master("b")
@@ -162,8 +166,12 @@ async def test_a_replica_promoted_without_the_last_writes_never_serves_them(
     await until_hit(cached, "t1", {"v": 2}, named + WAIT)
     for _ in range(3):
         assert await cached.aget_state_cache(cfg("t2")) is None
-    entry = nodes.get("b", key1)
-    assert entry is not None and entry.startswith(b'{"__checkpoint_version__":2,')
+    entry = nodes.get("b", key1)  # the refill, named by b (its promotion's id)
+    master_b = str(nodes.info("b")["master_replid"]).encode()
+    assert master_b != master_a
+    assert entry is not None and entry.startswith(
+        b"m:" + master_b + b':{"__checkpoint_version__":2,'
+    )
     # the guard holds on the new master: an older version is refused
     assert await cached.aput_state_cache(cfg("t1"), {"v": "old"}, 1) is False
     assert await hit(cached, "t1") == ({"v": 2}, True)
