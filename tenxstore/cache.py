@@ -54,6 +54,16 @@ class CachedCheckpointer(CacheWrites, CacheReads, CacheFences, CachePassthrough)
         redis_pool: A ``redis.asyncio.ConnectionPool``; stays the caller's.
         redis_options: Options for the client created from ``redis_url``
             (``Redis.from_url`` keywords, over short timeouts and no retries).
+        sentinels: Instead: Redis behind Sentinel, as ``[(host, port), ...]`` of the
+            sentinels; the client is redis-py's ``Sentinel(...).master_for(...)``, one
+            per event loop, with no retries. After a failover the cache fails open
+            (the database answers) until a call reaches the new master; a replica
+            promoted without the last writes never serves what it held before (each
+            entry names the master that stored it: see ``tenxstore.redis_scripts``).
+        sentinel_service: The name the sentinels know the master by (``"mymaster"``).
+        sentinel_options: Keywords of redis-py's ``Sentinel`` (``password=``,
+            ``username=``, ``db=``, ``ssl=`` ... for the master; ``sentinel_kwargs=``,
+            such as ``{"password": ...}``, for the sentinels; ``min_other_sentinels=``).
         cache_ttl: Seconds an entry lives; ``None`` for no expiry.
         key_prefix: First segment(s) of every key. The default, ``"state_cache"``, is
             followed by the store's id; a prefix you pass is used verbatim, and then
@@ -62,7 +72,9 @@ class CachedCheckpointer(CacheWrites, CacheReads, CacheFences, CachePassthrough)
         redis_backoff: First "down" window after a failure, doubling up to 30 s.
 
     Raises:
-        ConfigError: Not exactly one Redis argument, or an invalid ``cache_ttl``.
+        ConfigError: Not exactly one of ``redis``, ``redis_url``, ``redis_pool`` and
+            ``sentinels``, a ``sentinels`` that is not (host, port) pairs, no
+            ``sentinel_service`` with it, or an invalid ``cache_ttl``.
     """
 
     def __init__(
@@ -77,6 +89,9 @@ class CachedCheckpointer(CacheWrites, CacheReads, CacheFences, CachePassthrough)
         redis_timeout: float = 0.25,
         redis_backoff: float = 1.0,
         redis_options: dict[str, Any] | None = None,
+        sentinels: list[tuple[str, int]] | None = None,
+        sentinel_service: str | None = None,
+        sentinel_options: dict[str, Any] | None = None,
     ) -> None:
         if cache_ttl is not None and (
             isinstance(cache_ttl, bool) or not isinstance(cache_ttl, (int, float)) or cache_ttl <= 0
@@ -95,9 +110,19 @@ class CachedCheckpointer(CacheWrites, CacheReads, CacheFences, CachePassthrough)
         self._prefix: str | None = None if self._namespaced else key_prefix
         self._base_prefix = str(key_prefix)
         self._redis: RedisCache | None = None
-        if (redis, redis_url, redis_pool) == (None, None, None) and not self._requires_redis():
+        sides = (redis, redis_url, redis_pool, sentinels, sentinel_service, sentinel_options)
+        if sides == (None,) * 6 and not self._requires_redis():
             return  # a preset without a cache: every call goes to the inner checkpointer
-        client, make, owns = make_client(redis, redis_url, redis_pool, redis_timeout, redis_options)
+        client, make, owns = make_client(
+            redis,
+            redis_url,
+            redis_pool,
+            redis_timeout,
+            redis_options,
+            sentinels=sentinels,
+            sentinel_service=sentinel_service,
+            sentinel_options=sentinel_options,
+        )
         ttl_ms = 0 if cache_ttl is None else max(1, int(cache_ttl * 1000))
         self._redis = RedisCache(
             client,

@@ -127,10 +127,13 @@ class CacheCore:
         text: str | None = None,
         thread_id: Any = None,
         user: Any = None,
+        *,
+        master: str,
     ) -> bool:
         """The guarded put of ``key`` (of ``user``'s calls; None: the unscoped key) with
         fences of other keys; a put prepared too long ago (or a state that cannot be
-        cached) only fences."""
+        cached) only fences, as does one prepared under another master than ``master``
+        (the one known when the put was prepared)."""
         redis = self._redis
         assert redis is not None
         body = entry_body(state, text, self.keys, thread_id, key, version, incarnation, user)
@@ -138,7 +141,7 @@ class CacheCore:
             own = (incarnation, version) if incarnation is not None else BLANKET
             await redis.fence([(key, own), *fences])
             return False
-        return await redis.put(key, body, version, incarnation, fences) == 1
+        return await redis.put(key, body, version, incarnation, fences, master=master) == 1
 
     async def _incarnation(self, ids: RunIds) -> int | None:
         """The thread's incarnation in the database (None: absent, or not the caller's)."""

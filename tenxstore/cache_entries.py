@@ -1,6 +1,7 @@
 """What the cache stores of a state: its text, or (with a key ring) its text sealed.
 
-The entry's version and incarnation are spliced in front by the Lua script (see
+The entry's version and incarnation are spliced in front by the Lua script, and the
+name of the master that stored it in front of the JSON (``m:<master_replid>:``, see
 :mod:`tenxstore.redis_cache`); this module makes the rest. A sealed entry's state is
 one member, :data:`SEALED_MEMBER`, bound to the thread, the key, the version, the
 incarnation and the user the key names, so one replayed under any other does not open.

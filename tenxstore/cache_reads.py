@@ -1,8 +1,9 @@
 """The state read through the cache: Redis first, then the database.
 
 A hit restores the version and incarnation into the run's config; a miss (no entry,
-a fence, an entry that does not decode or open, or one of another life of the thread)
-reads the database and refills Redis through the guarded put. History and messages
+a fence, an entry that does not decode or open, one of another life of the thread, or
+one another Redis master stored) reads the database and refills Redis through the
+guarded put, on the master that answered the read. History and messages
 come from the database.
 """
 
@@ -56,21 +57,10 @@ class CacheReads(CacheCore):
             return await self.inner.aget_state(config)
         prefix = await self._key_prefix()
         key = cache_key(prefix, ids.thread_id, ids.user_id, ids.isolated)
-        raw = await redis.get(key)
+        raw, current = await redis.get(key)
+        master = redis.known_master(key)  # the one that answered: a refill lands only there
         if raw is not None:
-            try:
-                entry = _decode_entry(raw)
-            except ValueError as exc:
-                where = f" ({key})" if telemetry.record_ids() else ""
-                log.warning("dropping a cache entry that does not decode%s: %s", where, exc)
-                await redis.drop([key])
-                entry = None
-            if entry is not None and known is not None and entry.incarnation != known:
-                # An entry of a life this run knows is not the thread's now: cached before
-                # a delete or an import, or replayed into Redis; never served.
-                entry = None
-            if entry is not None and (self.keys is not None or SEALED_MEMBER in entry.state):
-                entry = await self._opened(entry, ids.thread_id, key, user)
+            entry = await self._cached(raw, current, key, known, ids.thread_id, user)
             if entry is not None:
                 telemetry.cache_lookup("hit")
                 record_read(config, entry.version, entry.incarnation)
@@ -81,8 +71,37 @@ class CacheReads(CacheCore):
         if state is not None:
             version = recorded_version(config) or 0
             life = recorded_incarnation(config)
-            await self._put(key, state, version, life, (), prepared, None, ids.thread_id, user)
+            await self._put(
+                key, state, version, life, (), prepared, None, ids.thread_id, user, master=master
+            )
         return state
+
+    async def _cached(
+        self, raw: bytes, current: bool, key: str, known: int | None, thread_id: Any, user: Any
+    ) -> Entry | None:
+        """The entry ``raw`` holds, to serve; None (a miss) when it does not decode, names
+        no master (``current`` False: dropped), is of another life of the thread than
+        the one the run recorded (``known``), or (sealed) does not open."""
+        assert self._redis is not None
+        try:
+            entry = _decode_entry(raw)
+        except ValueError as exc:
+            where = f" ({key})" if telemetry.record_ids() else ""
+            log.warning("dropping a cache entry that does not decode%s: %s", where, exc)
+            await self._redis.drop([key])
+            return None
+        if entry is not None and not current:
+            # cached by a release that did not name the master: it may be a promoted
+            # replica's copy of an old state; the database answers, and it is refilled
+            await self._redis.drop([key])
+            return None
+        if entry is not None and known is not None and entry.incarnation != known:
+            # An entry of a life this run knows is not the thread's now: cached before
+            # a delete or an import, or replayed into Redis; never served.
+            return None
+        if entry is not None and (self.keys is not None or SEALED_MEMBER in entry.state):
+            return await self._opened(entry, thread_id, key, user)
+        return entry
 
     async def _opened(self, entry: Entry, thread_id: Any, key: str, user: Any) -> Entry | None:
         """A sealed entry opened; None (a miss, the entry dropped) when it does not open:

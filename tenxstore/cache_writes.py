@@ -58,6 +58,15 @@ class CacheWrites(CacheCore):
         """:meth:`aput_checkpoint`, returning the repository's :class:`Commit`."""
         ids = self._ids(config)
         redis = self._redis
+        master = ""
+        if redis is not None:  # named before the write: its put lands only on that master
+            known = self._prefix  # (no database read before the write checks its input)
+            at = (
+                None
+                if known is None
+                else cache_key(known, ids.thread_id, ids.user_id, ids.isolated)
+            )
+            master = await redis.master(at)
         prepared = time.monotonic()
         try:
             commit = await self.inner.acommit(config, state, messages, meta=meta)
@@ -82,6 +91,7 @@ class CacheWrites(CacheCore):
                 commit.state_text,
                 commit.thread_id,
                 commit.user_id if ids.isolated else None,
+                master=master,
             )
         return commit
 
@@ -135,13 +145,14 @@ class CacheWrites(CacheCore):
         body = entry_body(state, text, self.keys, ids.thread_id, key, version, incarnation, user)
         if body is None:
             return False
-        stored = await redis.put(key, body, version, incarnation, replace_only=True)
+        master = await redis.master(key)
+        stored = await redis.put(key, body, version, incarnation, master=master, replace_only=True)
         if stored != _EMPTY:
             return stored == 1
-        prepared = time.monotonic()
+        prepared, master = time.monotonic(), redis.known_master(key)
         current = await self._incarnation(ids)
         if current is None or (incarnation is not None and incarnation != current):
             return False  # the thread is gone, or another life of it
         return await self._put(
-            key, state, version, current, (), prepared, text, ids.thread_id, user
+            key, state, version, current, (), prepared, text, ids.thread_id, user, master=master
         )

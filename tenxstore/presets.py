@@ -36,14 +36,16 @@ def _pg_target(
     postgres_dsn: str | None,
     pg_pool: Any,
     pool_config: dict[str, Any] | None,
-    redis_sides: tuple[Any, Any, Any],
+    redis_sides: tuple[Any, ...],
 ) -> Any:
     """What PgCheckpointer's repository opens (the DSN, or an engine on the pool),
     once its PostgreSQL side and the presence of a Redis side are checked."""
     if (postgres_dsn is None) == (pg_pool is None):
         raise ConfigError("PgCheckpointer needs exactly one of postgres_dsn= or pg_pool=")
-    if redis_sides == (None, None, None):
-        raise ConfigError("PgCheckpointer needs one of redis_url=, redis= or redis_pool=")
+    if all(side is None for side in redis_sides):
+        raise ConfigError(
+            "PgCheckpointer needs one of redis_url=, redis=, redis_pool= or sentinels="
+        )
     if pg_pool is not None and pool_config:
         raise ConfigError("pool_config applies only to a pool created from postgres_dsn")
     target: Any = postgres_dsn
@@ -93,6 +95,11 @@ class PgCheckpointer(CachedCheckpointer):
         replica_urls: PostgreSQL standbys that serve the reads that tolerate lag, and
             ``max_replica_lag`` their bound in seconds (see ``CheckpointRepository``;
             also ``?replica=host[:port]`` in the DSN).
+        sentinels: Instead of the Redis arguments above: Redis behind Sentinel, as
+            ``[(host, port), ...]`` of the sentinels (see ``CachedCheckpointer``).
+        sentinel_service: The name the sentinels know the master by (``"mymaster"``).
+        sentinel_options: Keywords of redis-py's ``Sentinel`` (``password=`` for the
+            master, ``sentinel_kwargs={"password": ...}`` for the sentinels...).
 
     Raises:
         ValueError: The PostgreSQL side or the Redis side is missing, or an argument
@@ -123,8 +130,13 @@ class PgCheckpointer(CachedCheckpointer):
         redis_timeout: float = 0.25,
         replica_urls: Sequence[str] | None = None,
         max_replica_lag: float | None = None,
+        sentinels: list[tuple[str, int]] | None = None,
+        sentinel_service: str | None = None,
+        sentinel_options: dict[str, Any] | None = None,
     ) -> None:
-        target = _pg_target(postgres_dsn, pg_pool, pool_config, (redis_url, redis, redis_pool))
+        target = _pg_target(
+            postgres_dsn, pg_pool, pool_config, (redis_url, redis, redis_pool, sentinels)
+        )
         repository = CheckpointRepository(
             target,
             schema=schema,
@@ -151,6 +163,9 @@ class PgCheckpointer(CachedCheckpointer):
             key_prefix=key_prefix,
             redis_options=redis_pool_config or None,
             redis_timeout=redis_timeout,
+            sentinels=sentinels,
+            sentinel_service=sentinel_service,
+            sentinel_options=sentinel_options,
         )
 
 
@@ -170,6 +185,11 @@ class SqliteCheckpointer(_OptionalCache):
         keys: The key ring that seals every payload (see ``CheckpointRepository``).
         redis_timeout: Bound on every Redis call, in seconds, with a cache (past it
             the call fails open to the database; see ``CachedCheckpointer``).
+        sentinels: Instead of ``redis_url``/``redis``: a Redis cache behind Sentinel,
+            as ``[(host, port), ...]`` of the sentinels (see ``CachedCheckpointer``).
+        sentinel_service: The name the sentinels know the master by (``"mymaster"``).
+        sentinel_options: Keywords of redis-py's ``Sentinel`` (``password=`` for the
+            master, ``sentinel_kwargs={"password": ...}`` for the sentinels...).
     """
 
     def __init__(
@@ -186,6 +206,9 @@ class SqliteCheckpointer(_OptionalCache):
         lock_timeout: float | None = 30.0,
         keys: KeyRing | None = None,
         redis_timeout: float = 0.25,
+        sentinels: list[tuple[str, int]] | None = None,
+        sentinel_service: str | None = None,
+        sentinel_options: dict[str, Any] | None = None,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
             raise ConfigError(f"path must be a file path or a sqlite:/// URL, not {path!r}")
@@ -214,6 +237,9 @@ class SqliteCheckpointer(_OptionalCache):
             cache_ttl=cache_ttl,
             key_prefix=key_prefix,
             redis_timeout=redis_timeout,
+            sentinels=sentinels,
+            sentinel_service=sentinel_service,
+            sentinel_options=sentinel_options,
         )
 
 

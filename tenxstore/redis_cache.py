@@ -9,7 +9,14 @@ without parsing the state. A *fence* is a small value that stands in for an entr
 
     {"__checkpoint_fence__":[43,0]}
 
-It reads as a miss, and the guarded put refuses anything below it. A delete fences
+It reads as a miss, and the guarded put refuses anything below it. An entry is stored
+behind the name of the master that stored it (``m:<master_replid>:``, cut off before
+the entry is decoded; a fence has none): a read serves only the master's own entries,
+and a put lands only on the master its caller knew before it read or wrote the
+database (see :mod:`tenxstore.redis_scripts`), so a replica promoted without the last
+writes and fences never serves an older state than the database holds. The name is a
+prefix, not a member, so that a release before this one reads such a value as one that
+does not decode (a miss), never as a member of the state. A delete fences
 the thread's keys above the deleted incarnation; a write fences the other isolation
 mode's key at its new version. Fences live :data:`FENCE_SECONDS`, and a put that was
 prepared longer than :data:`MAX_PUT_AGE` before it is sent is not sent (it fences
@@ -44,6 +51,10 @@ from .redis_scripts import (
     DROP_SHA,
     FENCE_SCRIPT,
     FENCE_SHA,
+    GET_SCRIPT,
+    GET_SHA,
+    MASTER_SCRIPT,
+    MASTER_SHA,
     PUT_SCRIPT,
     PUT_SHA,
     run_pipeline,
@@ -71,6 +82,7 @@ FENCE_SECONDS = 60.0
 MAX_PUT_AGE = 20.0  # well inside FENCE_SECONDS, with room for the call's own timeout
 _MAX_DIRTY = 10_000
 _FENCE_PREFIX = b'{"__checkpoint_fence__":'
+
 
 Fence = tuple[int, int]
 """(incarnation, version): refuse anything below it."""
@@ -171,6 +183,7 @@ class RedisCache:
         self.last_error: str | None = None
         self.dirty: dict[str, Fence | None] = {}  # key -> fence to set (None: delete)
         self.cluster = isinstance(client, RedisCluster)
+        self.masters: dict[str, str] = {}  # the id of the master of each node, last heard
 
     @property
     def down(self) -> bool:
@@ -302,23 +315,78 @@ class RedisCache:
         else:
             await run_script(client, FENCE_SHA, FENCE_SCRIPT, key, self._fence_args(fence))
 
-    # -- commands ----------------------------------------------------------------------
-
     def _fence_args(self, fence: Fence) -> list[Any]:
         return [fence[0], fence[1], self.fence_ms]
 
-    async def get(self, key: str) -> bytes | None:
-        """The raw value of ``key`` (None: absent, invalidation pending, or Redis
-        unavailable)."""
+    # -- the master ----------------------------------------------------------------------
 
-        def get(client: Any) -> Awaitable[bytes | None]:
+    def _node(self, key: str | None) -> str | None:
+        """The node ``key`` lives on, as :attr:`masters` names it ('' for one Redis;
+        None on a cluster without a key, or whose slots the client has not read yet)."""
+        if not self.cluster:
+            return ""
+        if key is None:
+            return None
+        try:
+            return str(self.client.get_node_from_key(key).name)
+        except Exception:  # the slots are read at the client's first call
+            return None
+
+    def known_master(self, key: str | None) -> str:
+        """The id of ``key``'s master as last heard ('' when none was): a put prepared
+        now lands only on that master (else it fences)."""
+        node = self._node(key)
+        return "" if node is None else self.masters.get(node, "")
+
+    def _heard(self, key: str, master: Any) -> None:
+        node = self._node(key)
+        if node is not None and isinstance(master, bytes):
+            self.masters[node] = master.decode("ascii")
+
+    async def master(self, key: str | None) -> str:
+        """:meth:`known_master`, asked of Redis (bounded, fail-open) when none was heard
+        yet: what a write names before it goes to the database ('' when Redis did not
+        answer, or a cluster's ``key`` is not known yet: the write's put then fences).
+        One Redis needs no key."""
+        known = self.known_master(key)
+        if known or (self.cluster and key is None):
+            return known
+        at = "tenxstore" if key is None else key  # where a cluster routes the call
+
+        def ask(client: Any) -> Awaitable[Any]:
+            return run_script(client, MASTER_SHA, MASTER_SCRIPT, at, [])
+
+        self._heard(at, await self.call("master", ask))
+        return self.known_master(at)
+
+    # -- commands ----------------------------------------------------------------------
+
+    async def get(self, key: str) -> tuple[bytes | None, bool]:
+        """(the raw value of ``key``, whether it is an entry of the master that answered).
+
+        The value is None when the key is absent, holds a fence or another master's entry
+        (dropped), when an invalidation of it is pending, or Redis is unavailable; an
+        entry of this master comes without its name (``m:<master>:``), as
+        :func:`decode_entry` reads it. A value that names no master (an earlier
+        release's entry, or garbage) is returned with False: never to be served.
+        """
+
+        def get(client: Any) -> Awaitable[Any]:
             if key in self.dirty:  # decided after the flush, right before the GET is sent
                 return _nothing()
-            result: Awaitable[bytes | None] = client.get(key)
-            return result
+            return run_script(client, GET_SHA, GET_SCRIPT, key, [])
 
-        raw: bytes | None = await self.call("get", get)
-        return raw
+        found = await self.call("get", get)
+        if not found:
+            return None, False
+        self._heard(key, found[0])
+        if len(found) == 1:
+            return None, False
+        raw: bytes = found[1]
+        tag = b"m:" + found[0] + b":"
+        if len(found) == 3 or not raw.startswith(tag):
+            return raw, False
+        return raw[len(tag) :], True
 
     async def put(
         self,
@@ -328,16 +396,20 @@ class RedisCache:
         incarnation: int | None,
         fences: Iterable[tuple[str, Fence]] = (),
         *,
+        master: str,
         replace_only: bool = False,
     ) -> int:
         """The guarded put of ``key`` and the fences of other keys, in one round trip.
 
         ``body`` is the state's text split as (stdlib mark, members after ``{``). With
-        ``replace_only`` an empty key is left empty.
+        ``replace_only`` an empty key (or one of another master's entry) is left so.
+        ``master`` is the master the caller knew before it read or wrote what it puts
+        (:meth:`known_master` then): on another, the put fences instead.
 
         Returns:
             1 when stored; 0 when refused (or Redis unavailable); 2 when ``key`` is
-            empty and ``replace_only`` forbade creating it.
+            empty and ``replace_only`` forbade creating it; 3 when fenced instead (the
+            master is not the one the caller knew).
         """
         others = dict(fences)
         pending: dict[str, Fence | None] = {
@@ -350,10 +422,15 @@ class RedisCache:
             self.ttl_ms,
             *body,
             "1" if replace_only else "",
+            master,
+            self.fence_ms,
         ]
         stored = await self.call(
             "put", lambda client: self._put(client, key, args, others), pending
         )
+        if isinstance(stored, list):  # [code, the id of the master that ran it]
+            self._heard(key, stored[1])
+            return int(stored[0])
         return int(stored or 0)
 
     async def _put(self, client: Any, key: str, args: list[Any], fences: dict[str, Fence]) -> Any:

@@ -1,9 +1,10 @@
 """The Redis client: made from the caller's argument, bounded, described and diagnosed.
 
-One of ``redis=``, ``redis_url=`` or ``redis_pool=`` gives the client
-(:func:`make_client`); a client made from a URL fails fast (no retries: the database
-answers instead) and is bounded as a whole by :func:`within`, never by socket
-timeouts of its own. :func:`problem` names what an operator should check after a
+One of ``redis=``, ``redis_url=``, ``redis_pool=`` or ``sentinels=`` gives the client
+(:func:`make_client`); a client made from a URL or from sentinels (redis-py's
+``Sentinel(...).master_for(service)``) fails fast (no retries: the database answers
+instead) and is bounded as a whole by :func:`within`, never by socket timeouts of its
+own. :func:`problem` names what an operator should check after a
 failure; :func:`describe` names the server(s) without a password.
 """
 
@@ -18,11 +19,13 @@ from typing import Any
 
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.exceptions import (
     AuthenticationError,
     AuthorizationError,
     ConnectionError,
+    ReadOnlyError,
     ResponseError,
 )
 
@@ -42,13 +45,25 @@ def make_client(
     redis_pool: Any,
     timeout: float,
     options: dict[str, Any] | None,
+    *,
+    sentinels: Any = None,
+    sentinel_service: Any = None,
+    sentinel_options: Any = None,
 ) -> tuple[Any, Callable[[], Any] | None, bool]:
     """(client, a maker of another for a second loop or None, whether we own it)."""
-    given = [x for x in (redis, redis_url, redis_pool) if x is not None]
+    given = [x for x in (redis, redis_url, redis_pool, sentinels) if x is not None]
     if len(given) != 1:
-        raise ConfigError("pass exactly one of redis=, redis_url= or redis_pool=")
+        raise ConfigError("pass exactly one of redis=, redis_url=, redis_pool= or sentinels=")
     if options is not None and (redis_url is None or not isinstance(options, dict)):
         raise ConfigError("redis_options is a dict, for the client created from redis_url")
+    if sentinels is not None or sentinel_service is not None or sentinel_options is not None:
+        if sentinels is None:
+            raise ConfigError("sentinel_service= and sentinel_options= go with sentinels=")
+        watched = _sentinel_maker(sentinels, sentinel_service, sentinel_options)
+        try:
+            return watched(), watched, True
+        except (ValueError, TypeError) as exc:  # an option redis-py does not take
+            raise ConfigError(f"sentinel_options: {masked_url(exc)}") from None
     if redis is not None:
         return redis, None, False
     if redis_pool is not None:
@@ -75,24 +90,81 @@ def make_client(
     return client, make, True
 
 
+def _sentinel_nodes(sentinels: Any) -> list[tuple[str, int]]:
+    """The sentinels as redis-py takes them, checked: (host, port) pairs."""
+    if isinstance(sentinels, (str, bytes)) or not isinstance(sentinels, (list, tuple)):
+        raise ConfigError("sentinels must be a list of (host, port) pairs")
+    nodes = []
+    for node in sentinels:
+        if not (isinstance(node, (list, tuple)) and len(node) == 2):
+            raise ConfigError(f"sentinels must be (host, port) pairs, not {node!r}")
+        host, port = node
+        if not isinstance(host, str) or not host:
+            raise ConfigError(f"a sentinel's host must be a non-empty str, not {host!r}")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise ConfigError(f"a sentinel's port must be an int from 1 to 65535, not {port!r}")
+        nodes.append((host, port))
+    if not nodes:
+        raise ConfigError("sentinels must name at least one sentinel")
+    return nodes
+
+
+def _sentinel_maker(sentinels: Any, service: Any, options: Any) -> Callable[[], Redis]:
+    """A maker of clients of ``service``'s master, found through ``sentinels``."""
+    nodes = _sentinel_nodes(sentinels)
+    if not isinstance(service, str) or not service:
+        raise ConfigError(
+            "sentinels= needs sentinel_service=, the name the sentinels know the master "
+            f"by (a non-empty str such as 'mymaster'), not {service!r}"
+        )
+    if options is not None and not isinstance(options, dict):
+        raise ConfigError("sentinel_options is a dict of redis-py Sentinel(...) keywords")
+
+    def make() -> Redis:
+        # As for a URL: no retries. redis-py's Sentinel asks the sentinels for the
+        # master at each new connection, and drops a connection whose server answers
+        # READONLY (a demoted master): the next call asks again. Its own clients of the
+        # sentinels retry nothing either (redis-py's default when sentinel_kwargs names
+        # no retry). Keywords other than Sentinel's own go to the master's connections.
+        settings: dict[str, Any] = {"retry": Retry(NoBackoff(), 0), **(options or {})}
+        client: Redis = Sentinel(nodes, **settings).master_for(service)
+        # a keyword it does not take fails here, not at the first call (no I/O)
+        client.connection_pool.make_connection()  # type: ignore[no-untyped-call]  # redis-py
+        return client
+
+    return make
+
+
 def replace_client(client: Any, make: Callable[[], Any]) -> Any:
     """A new client in place of one whose loop closed without closing it: its
-    connections are ended (best effort) and forgotten, never reused."""
+    connections (and those of its sentinels) are ended (best effort) and forgotten,
+    never reused."""
     pool = getattr(client, "connection_pool", None)
     if pool is not None:
-        conns = [*pool._get_free_connections(), *pool._get_in_use_connections()]
-        writers = (getattr(conn, "_writer", None) for conn in conns)
-        shut_down(None if w is None else w.transport for w in writers)
-        pool.reset()
+        manager = getattr(pool, "sentinel_manager", None)
+        for sentinel in [] if manager is None else manager.sentinels:
+            _forget(sentinel.connection_pool)
+        _forget(pool)
     return make()
 
 
+def _forget(pool: Any) -> None:
+    conns = [*pool._get_free_connections(), *pool._get_in_use_connections()]
+    writers = (getattr(conn, "_writer", None) for conn in conns)
+    shut_down(None if w is None else w.transport for w in writers)
+    pool.reset()
+
+
 async def close_client(client: Any) -> None:
-    """Close a client, best effort (a failure is logged at debug)."""
-    try:
-        await client.aclose()
-    except Exception as exc:  # closing is best effort too
-        log.debug("closing a redis client failed: %r", exc)
+    """Close a client (and the clients of its sentinels), best effort (a failure is
+    logged at debug)."""
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    for closing in (client, manager):
+        try:
+            if closing is not None:
+                await closing.aclose()
+        except Exception as exc:  # closing is best effort too
+            log.debug("closing a redis client failed: %r", exc)
 
 
 def describe(client: Any, cluster: bool) -> str:
@@ -100,7 +172,18 @@ def describe(client: Any, cluster: bool) -> str:
     if cluster:
         nodes = client.get_nodes() if hasattr(client, "get_nodes") else []
         return "redis cluster " + ", ".join(f"{n.host}:{n.port}" for n in nodes)
-    kwargs = client.connection_pool.connection_kwargs
+    pool = client.connection_pool
+    if isinstance(pool, SentinelConnectionPool):
+        watchers = ", ".join(
+            f"{s.connection_pool.connection_kwargs.get('host', '?')}:"
+            f"{s.connection_pool.connection_kwargs.get('port', '?')}"
+            for s in pool.sentinel_manager.sentinels
+        )
+        found = pool.master_address
+        at = "" if found is None else f", master at {found[0]}:{found[1]}"
+        db = pool.connection_kwargs.get("db", 0)
+        return f"redis sentinel service {pool.service_name!r} via {watchers}{at}, db {db}"
+    kwargs = pool.connection_kwargs
     if "path" in kwargs:
         return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
     return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
@@ -125,6 +208,10 @@ def problem(exc: BaseException) -> str:
         return "Redis refused the credentials: check the password (or user) in the Redis URL"
     if isinstance(exc, AuthorizationError):
         return "the Redis user may not run these commands (GET, SET, EVALSHA, DEL)"
+    if isinstance(exc, MasterNotFoundError):
+        return f"no sentinel named a master ({exc}): are the sentinels up, and is the name right?"
+    if isinstance(exc, ReadOnlyError):
+        return "Redis answered as a replica (READONLY): the cache needs the master"
     if isinstance(exc, ResponseError):
         return f"Redis refused a command ({exc}); a wrong database index or a server setting"
     if _caused_by(exc, ssl.SSLError):

@@ -152,3 +152,14 @@ def test_replica_reads_smoke() -> None:
     served = {row[0][2:]: row[-2] for row in rows}  # the share of reads a replica served
     assert served["primary alone"] == "0%"
     assert served["primary + 1 replica"] != "0%"
+
+
+def test_cache_read_smoke() -> None:
+    """The read script against a plain GET: the table, for each state size."""
+    printed = run_benchmark("cache_read.py", "--rounds", "2", "--calls", "5", "--size", "500")
+    rows = [line.split(" | ")[:2] for line in printed.splitlines()[3:]]
+    assert rows == [
+        ["| 500 B", "ms (p50)"],
+        ["| 500 B", "ms CPU (mean)"],
+        ["| 500 B", "Redis µs/call"],
+    ]

@@ -536,28 +536,38 @@ async def test_the_cache_serves_an_encrypted_store_only_what_it_sealed(tmp_path:
             # a plaintext entry is dropped and refilled sealed from the database
             assert await cp.aget_state_cache(cfg()) == {"note": MARKER}
             assert not holds(await raw_redis(backend)) and b"!tx2:" in await client.get(t1)
-            entry = json.loads(await client.get(t1))
+            tag, entry = unnamed(await client.get(t1))
             entry.pop("__checkpoint_sealed__")  # plaintext at the entry's own version
-            await client.set(t1, json.dumps({**entry, "note": "forged"}))
+            await client.set(t1, tag + json.dumps({**entry, "note": "forged"}).encode())
             assert await cp.aget_state_cache(cfg()) == {"note": MARKER}
             # replay: v1's sealed state under v2's clear version
-            v1 = json.loads(await client.get(t2))
+            _, v1 = unnamed(await client.get(t2))
             await cp.aput_checkpoint(cfg("t2"), {"note": "t2 v2"})
             assert await cp.aget_state_cache(cfg("t2")) == {"note": "t2 v2"}
-            v2 = json.loads(await client.get(t2))
-            await client.set(t2, json.dumps({**v1, "__checkpoint_version__": v2[VERSION]}))
+            tag, v2 = unnamed(await client.get(t2))
+            replayed = {**v1, "__checkpoint_version__": v2[VERSION]}
+            await client.set(t2, tag + json.dumps(replayed).encode())
             assert await cp.aget_state_cache(cfg("t2")) == {"note": "t2 v2"}
             # an entry sealed by the previous format (bound to the thread only)
             old = TEST_KEYS.seal(encode({"note": "old format"}), "t2", "cache")
-            await client.set(t2, json.dumps({**v2, "__checkpoint_sealed__": old}))
+            await client.set(t2, tag + json.dumps({**v2, "__checkpoint_sealed__": old}).encode())
             assert await cp.aget_state_cache(cfg("t2")) == {"note": "t2 v2"}
-            refilled = json.loads(await client.get(t2))
+            _, refilled = unnamed(await client.get(t2))
             assert refilled[VERSION] == 2 and refilled["__checkpoint_sealed__"] != old
         finally:
             await client.aclose()
 
 
 VERSION = "__checkpoint_version__"
+
+
+def unnamed(raw: bytes) -> tuple[bytes, dict[str, Any]]:
+    """A cache entry's name of the master that stored it (``m:<id>:``, kept so that a
+    forged entry is one this master would serve) and its JSON."""
+    assert raw.startswith(b"m:"), raw[:60]
+    body = raw.split(b":", 2)[2]
+    found: dict[str, Any] = json.loads(body)
+    return raw[: len(raw) - len(body)], found
 
 
 async def test_a_strict_key_ring_refuses_plaintext_in_place_of_a_sealed_value(
@@ -615,9 +625,9 @@ async def test_a_strict_cache_drops_an_unsealed_entry(tmp_path: Path) -> None:
         try:
             keys = [k async for k in client.scan_iter(match=f"{backend.key_prefix}:*")]
             [key] = [k for k in keys if k.endswith(b":t1:alice")]
-            entry = json.loads(await client.get(key))
+            tag, entry = unnamed(await client.get(key))
             entry.pop("__checkpoint_sealed__")
-            await client.set(key, json.dumps({**entry, "note": "INJECTED"}))
+            await client.set(key, tag + json.dumps({**entry, "note": "INJECTED"}).encode())
             assert await cp.aget_state_cache(cfg()) == {"note": MARKER}
         finally:
             await client.aclose()
