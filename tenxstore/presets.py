@@ -37,6 +37,7 @@ def _pg_target(
     pg_pool: Any,
     pool_config: dict[str, Any] | None,
     redis_sides: tuple[Any, ...],
+    redis_pool_config: dict[str, Any] | None = None,
 ) -> Any:
     """What PgCheckpointer's repository opens (the DSN, or an engine on the pool),
     once its PostgreSQL side and the presence of a Redis side are checked."""
@@ -46,6 +47,8 @@ def _pg_target(
         raise ConfigError(
             "PgCheckpointer needs one of redis_url=, redis=, redis_pool= or sentinels="
         )
+    if redis_pool_config and redis_sides[0] is None:
+        raise ConfigError("redis_pool_config applies only to a client created from redis_url")
     if pg_pool is not None and pool_config:
         raise ConfigError("pool_config applies only to a pool created from postgres_dsn")
     target: Any = postgres_dsn
@@ -134,9 +137,8 @@ class PgCheckpointer(CachedCheckpointer):
         sentinel_service: str | None = None,
         sentinel_options: dict[str, Any] | None = None,
     ) -> None:
-        target = _pg_target(
-            postgres_dsn, pg_pool, pool_config, (redis_url, redis, redis_pool, sentinels)
-        )
+        sides = (redis_url, redis, redis_pool, sentinels)
+        target = _pg_target(postgres_dsn, pg_pool, pool_config, sides, redis_pool_config)
         repository = CheckpointRepository(
             target,
             schema=schema,
@@ -152,8 +154,6 @@ class PgCheckpointer(CachedCheckpointer):
             replica_urls=replica_urls,
             max_replica_lag=max_replica_lag,
         )
-        if redis_pool_config and redis_url is None:
-            raise ConfigError("redis_pool_config applies only to a client created from redis_url")
         super().__init__(
             repository,
             redis=redis,
