@@ -377,16 +377,14 @@ class RedisCache:
             return run_script(client, GET_SHA, GET_SCRIPT, key, [])
 
         found = await self.call("get", get)
+        if isinstance(found, bytes):  # an entry of the master that answered
+            end = found.find(b":", 2)
+            self._heard(key, found[2:end])
+            return found[end + 1 :], True
         if not found:
             return None, False
         self._heard(key, found[0])
-        if len(found) == 1:
-            return None, False
-        raw: bytes = found[1]
-        tag = b"m:" + found[0] + b":"
-        if len(found) == 3 or not raw.startswith(tag):
-            return raw, False
-        return raw[len(tag) :], True
+        return (None, False) if len(found) == 1 else (found[1], False)
 
     async def put(
         self,

@@ -166,12 +166,12 @@ return redis.call('DEL', KEYS[1])
 )
 
 
-# KEYS[1] key. Returns {master} for a miss (no entry, a fence, or an entry of another
-# master: dropped), {master, entry} for an entry of this master (``m:<master>:`` and
-# the JSON), and {master, value, 0} for a value that names no master (written by a
-# release before this one, or not an entry at all: the reader drops it). The entry is
-# returned whole: the reader cuts the prefix off (each Lua string made of a large entry
-# costs Redis a copy; see benchmarks/cache_read.py).
+# KEYS[1] key. Returns an entry of this master as it is stored (``m:<master>:`` and
+# the JSON: the reader learns the master from it and cuts it off), {master} for a miss
+# (no entry, a fence, or an entry of another master: dropped), and {master, value, 0}
+# for a value that names no master (written by a release before this one, or not an
+# entry at all: the reader drops it). A hit is one bulk string, not an array: the
+# client parses one reply, not three (see benchmarks/cache_read.py).
 GET_SCRIPT = (
     _MASTER
     + """
@@ -181,7 +181,7 @@ local value = redis.call('GET', KEYS[1])
 if not value then return {id} end
 local tag = string.match(value, '^m:(%x+):')
 if tag then
-  if tag == id then return {id, value} end
+  if tag == id then return value end
   redis.call('DEL', KEYS[1])
   return {id}
 end
