@@ -31,12 +31,13 @@ from .redis_cache import RedisCache
 from .redis_client import make_client
 from .stats import StoreStats
 from .telemetry import traced
+from .twins import SyncCheckpointer
 from .types import Health
 
 __all__ = ["DEFAULT_KEY_PREFIX", "CachedCheckpointer", "cache_key"]
 
 
-class CachedCheckpointer(CacheWrites, CacheReads, CacheFences, CachePassthrough):
+class CachedCheckpointer(CacheWrites, CacheReads, CacheFences, CachePassthrough, SyncCheckpointer):
     """A Redis hot cache in front of any :class:`~tenxstore.Checkpointer`.
 
     Writes go to the database first; only after commit is the state stored in Redis,

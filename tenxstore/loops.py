@@ -22,7 +22,14 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-__all__ = ["LANGGRAPH_LOOP", "BackgroundLoop", "CrossLoopLock", "PerLoop", "shut_down"]
+__all__ = [
+    "LANGGRAPH_LOOP",
+    "SYNC_LOOP",
+    "BackgroundLoop",
+    "CrossLoopLock",
+    "PerLoop",
+    "shut_down",
+]
 
 T = TypeVar("T")
 
@@ -331,7 +338,10 @@ async def _awaited(work: Awaitable[T]) -> T:
     return await work
 
 
-LANGGRAPH_LOOP = BackgroundLoop("tenxstore-langgraph")
-"""The loop every synchronous LangGraph call of tenxstore runs its async twin on (the
-saver's ``get_tuple``/``put``..., a ``ReplaySafeToolNode`` in a sync graph): one pool of
+SYNC_LOOP = BackgroundLoop("tenxstore-sync")
+"""The loop every synchronous call of tenxstore runs its async twin on (a
+checkpointer's sync methods, :mod:`tenxstore.twins`; the LangGraph saver's
+``get_tuple``/``put``..., a ``ReplaySafeToolNode`` in a sync graph): one pool of
 connections serves them all."""
+LANGGRAPH_LOOP = SYNC_LOOP
+"""The LangGraph saver's name for :data:`SYNC_LOOP`."""

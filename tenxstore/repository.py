@@ -36,6 +36,7 @@ from .protocol import Checkpointer
 from .serde import encode_state
 from .stats import Stats
 from .telemetry import traced
+from .twins import SyncCheckpointer
 from .types import (
     Commit,
     Health,
@@ -47,7 +48,7 @@ from .validate import IdType, check_count
 __all__ = ["CheckpointRepository"]
 
 
-class CheckpointRepository:
+class CheckpointRepository(SyncCheckpointer):
     """Durable, versioned thread storage on PostgreSQL (asyncpg) or SQLite (aiosqlite).
 
     Args:
@@ -148,7 +149,7 @@ class CheckpointRepository:
         """LangGraph's tables (:class:`~tenxstore.langgraph.tables.LangGraphTables`)."""
         self.lifecycle = Lifecycle(store)
         """Erasing users and retiring idle threads (:class:`~tenxstore.lifecycle.Lifecycle`)."""
-        self.stats = Stats(store)
+        self.statistics = Stats(store)
         """What the store holds (:class:`~tenxstore.stats.Stats`)."""
 
     # -- identity and lifecycle --------------------------------------------------------
@@ -405,4 +406,4 @@ class CheckpointRepository:
 
     adelete_user = forward(Checkpointer.adelete_user, "lifecycle", write=True)
     aprune_idle = forward(Checkpointer.aprune_idle, "lifecycle", write=True)
-    astats = forward(Checkpointer.astats, "stats")
+    astats = forward(Checkpointer.astats, "statistics")

@@ -49,7 +49,7 @@ COLLABORATORS: dict[str, type] = {
     "ledger": ToolLedger,
     "exports": ThreadExports,
     "lifecycle": Lifecycle,
-    "stats": Stats,
+    "statistics": Stats,
     "inner": CheckpointRepository,
 }
 
@@ -80,3 +80,22 @@ def test_the_forwards_are_the_collaborators_methods_not_copies() -> None:
     }
     assert {"arun_tool_once", "adelete_user", "aimport_stream", "astats"} <= forwarded
     assert not hasattr(CheckpointRepository.aput_checkpoint, "forwards_to")
+
+
+SYNC_ONLY = {"setup", "run_tool_once", "iter_threads", "close"}
+
+
+@pytest.mark.parametrize("implementation", [CheckpointRepository, CachedCheckpointer])
+def test_every_async_method_has_a_sync_twin_of_its_signature(implementation: type) -> None:
+    """``aput_checkpoint`` -> ``put_checkpoint``, ... (``aimport`` -> ``import_``): the
+    same parameters and result, written once (``tenxstore.twins.twin``)."""
+    for name in METHODS:
+        if not name.startswith("a") or name in ("aenter", "asetup"):
+            continue
+        sync = "import_" if name == "aimport" else name[1:]
+        assert hasattr(implementation, sync), sync
+        if sync in SYNC_ONLY:
+            continue
+        twin = getattr(implementation, sync)
+        assert twin.__dict__.get("twin_of") == name
+        assert shape(twin) == shape(getattr(Checkpointer, name)), sync
