@@ -1,9 +1,10 @@
 """The sync twins of :class:`~tenxstore.memory.MemoryStore`'s methods: each async
 method's name without its leading ``a``, the same arguments and result.
 
-They run the async method on a background event loop of tenxstore's own (as the
-LangGraph saver's sync methods do), so its pooled connections serve every sync call of
-the process: from a plain program, and from worker threads of an async application
+They run the async method on tenxstore's background event loop (the one of the
+checkpointers' sync API, :mod:`tenxstore.twins`, and of the LangGraph saver's sync
+methods), so its pooled connections serve every sync call of the process: from a
+plain program, and from worker threads of an async application
 (``await asyncio.to_thread(store.get, ...)``). Called from inside a running event
 loop, a twin still works — it waits in a helper thread — but blocks that loop until
 the call is done: in async code, await the async method instead (a task of that loop
@@ -19,14 +20,14 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from ..loops import BackgroundLoop
+from ..loops import SYNC_LOOP
 from ..types import AuthPolicy, Memory, MemoryHit
 from .validation import DEFAULT_NAMESPACE
 
 __all__ = ["SyncTwins"]
 
 T = TypeVar("T")
-_SYNC = BackgroundLoop("tenxstore-memory")
+_SYNC = SYNC_LOOP  # the checkpointers' sync API's loop: one pool for both
 
 
 def blocking(work: Awaitable[T], what: str) -> T:
