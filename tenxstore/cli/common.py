@@ -56,6 +56,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_F = TypeVar("_F", bound=Callable[..., Any])
 DEFAULT_URL = "sqlite:///tenxstore.db"
 
 
@@ -104,7 +105,7 @@ class App(typer.Typer):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cls=_Group, **kwargs)
 
-    def command(self, *args: Any, **kwargs: Any) -> Any:
+    def command(self, *args: Any, **kwargs: Any) -> Callable[[_F], _F]:
         """``Typer.command``, the command a :class:`_Command`."""
         return super().command(*args, cls=_Command, **kwargs)
 
