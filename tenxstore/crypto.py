@@ -74,6 +74,7 @@ from .envelopes import sealed_version as sealed_version
 from .envelopes import text_head as text_head
 from .envelopes import text_heads as text_heads
 from .errors import ConfigError, DecryptionError
+from .extras import require_extra
 from .keyconfig import (
     ENV,
     ENVELOPE_ENV,
@@ -185,7 +186,7 @@ class KeyRing:
         ConfigError: No key, a bad id, a repeated id, a key that is not 32 bytes, a
             ``sealing`` id that is not in the ring, an ``envelope`` that is not
             ``"tx1"`` or ``"tx2"``, or the ``cryptography`` package is
-            missing (``pip install 'tenxstore[crypto]'``).
+            missing (a ``MissingExtra``: ``pip install "tenxstore[crypto]"``).
             It names the entry by its place and never shows what the entry holds (an id
             only when it cannot be a key: see :data:`_SHOWN_ID`).
     """
@@ -198,12 +199,9 @@ class KeyRing:
         require_sealed: bool = False,
         envelope: str = VERSION,
     ):
-        try:
-            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-        except ImportError as exc:  # pragma: no cover - the extra is in the test extra
-            raise ConfigError(
-                "encryption needs the cryptography package: pip install 'tenxstore[crypto]'"
-            ) from exc
+        require_extra("crypto", "cryptography", needed_by="encryption (keys=)")
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         if isinstance(keys, (str, bytes)):
             raise ConfigError("keys must be (key_id, key) pairs or a mapping; see KeyRing.parse")
         if not isinstance(require_sealed, bool):

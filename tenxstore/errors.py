@@ -22,6 +22,7 @@ __all__ = [
     "ImportConflict",
     "LockTimeout",
     "MemoryNotFound",
+    "MissingExtra",
     "MissingThreadId",
     "SchemaNotReady",
     "SerializationError",
@@ -102,6 +103,27 @@ class StaleStateError(TenxStoreError):
 
 class ConfigError(TenxStoreError, ValueError):
     """A run config, id or constructor argument is missing or invalid."""
+
+
+class MissingExtra(ConfigError, ImportError):
+    """What was asked for needs an optional extra that is not installed.
+
+    Raised where it is asked for (a ``mysql://`` URL, ``keys=``, the LangGraph saver's
+    import...), before any I/O. An ``ImportError`` too, so that code which imported an
+    optional part inside ``try: ... except ImportError`` keeps working.
+
+    Attributes:
+        extra: The extra that brings it (``pip install "tenxstore[<extra>]"``).
+        modules: The modules that could not be found.
+    """
+
+    def __init__(self, message: str, extra: str = "", modules: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.extra = extra
+        self.modules = modules
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.extra, self.modules))
 
 
 class MissingThreadId(ConfigError, KeyError):

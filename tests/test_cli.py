@@ -300,6 +300,27 @@ def test_copy_between_sqlite_mariadb_and_postgresql(tmp_path: Path) -> None:
         asyncio.run(mysql_admin(services.mysql_url(), f"DROP DATABASE `{database}`"))
 
 
+def _another_spelling(url: str) -> str:
+    """The same database by another URL: another path to the SQLite file, or a libpq
+    option that changes nothing of the PostgreSQL database."""
+    if url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+        return f"sqlite:///{path.parent}/./{path.name}"
+    return f"{url}{'&' if '?' in url else '?'}application_name=copy-onto-itself"
+
+
+def test_copy_onto_the_same_store_is_refused_before_any_write(db: list[str]) -> None:
+    fill(db, threads=2, turns=2)
+    before = export_all(db)
+    schemas = ["--source-schema", db[3], "--destination-schema", db[3]] if len(db) > 3 else []
+    for destination in (db[1], _another_spelling(db[1])):
+        refused = invoke("copy", db[1], destination, *schemas, "--on-conflict", "replace")
+        assert refused.exit_code == 1, refused.output
+        assert "the source and the destination are the same store" in refused.output
+        assert "copied" not in refused.output.replace("nothing was copied", "")
+    assert export_all(db) == before
+
+
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tenxstore.cli", *args],

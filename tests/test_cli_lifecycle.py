@@ -8,13 +8,15 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 from sqlalchemy import text
 
 import tenxstore
 from tenxstore.cache import cache_key
+from tenxstore.cli import app, ops
 from tests import services
-from tests.test_cli import db, fill, invoke, repo_for, run_cli
+from tests.test_cli import db, fill, invoke, repo_for, run_cli, runner
 
 __all__ = ["db"]  # the fixture, shared with test_cli
 
@@ -113,7 +115,10 @@ def test_prune_dry_run_then_prune(db: list[str]) -> None:
     assert row(dry.output, "messages") == 8 and "2020-01-01" in dry.output
     assert sorted(threads_of(db)) == ["thread-0", "thread-1", "thread-2"]
 
-    done = invoke("prune", "--idle-for", "12w", *db, "--batch-size", "1")
+    refused = invoke("prune", "--idle-for", "12w", *db)  # no terminal to ask on
+    assert refused.exit_code == 1 and "add --yes" in refused.output
+    assert sorted(threads_of(db)) == ["thread-0", "thread-1", "thread-2"]
+    done = invoke("prune", "--idle-for", "12w", "--yes", *db, "--batch-size", "1")
     assert done.exit_code == 0, done.output
     assert row(done.output, "threads") == 2 and "(2 batch(es))" in done.output
     assert threads_of(db) == ["thread-0"]
@@ -147,3 +152,33 @@ def test_the_console_script_runs_the_new_commands(tmp_path: Any) -> None:
     assert "Traceback" not in bad.stderr
     stats = run_cli("stats", "--url", url)
     assert stats.returncode == 0 and "threads   1 of 1 user(s)" in stats.stdout
+
+
+def test_delete_user_and_prune_alike_dry_run_and_ask_first(
+    db: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both show what would go with --dry-run, and on a terminal ask before deleting
+    (no deletes nothing); without one, both need --yes."""
+    fill(db)  # thread-0 and thread-2 of user-0, thread-1 of user-1
+    age_all(db, datetime(2020, 1, 1, tzinfo=timezone.utc))
+    dry = invoke("delete-user", "user-0", "--dry-run", *db)
+    assert dry.exit_code == 0, dry.output
+    assert "2 thread(s) and 0 memor(ies) of user 'user-0' would be erased" in dry.output
+    assert row(dry.output, "messages") == 8 and "thread-2" in dry.output
+    for command in (["delete-user", "user-0"], ["prune", "--idle-for", "90d"]):
+        refused = invoke(*command, *db)
+        assert refused.exit_code == 1 and "no terminal to ask on: add --yes" in refused.output
+
+    monkeypatch.setattr(ops, "_interactive", lambda: True)
+    kept = runner.invoke(app, ["delete-user", "user-0", *db], input="n\n")
+    assert kept.exit_code == 1 and "nothing was deleted" in kept.output
+    assert "erase 2 thread(s) and 0 memor(ies) of user 'user-0' for good?" in kept.output
+    kept = runner.invoke(app, ["prune", "--idle-for", "90d", *db], input="\n")  # default: no
+    assert kept.exit_code == 1 and "delete 3 thread(s) idle for 90d?" in kept.output
+    assert sorted(threads_of(db)) == ["thread-0", "thread-1", "thread-2"]
+
+    erased = runner.invoke(app, ["delete-user", "user-0", *db], input="y\n")
+    assert erased.exit_code == 0 and row(erased.output, "threads") == 2, erased.output
+    pruned = runner.invoke(app, ["prune", "--idle-for", "90d", *db], input="y\n")
+    assert pruned.exit_code == 0 and row(pruned.output, "threads") == 1, pruned.output
+    assert threads_of(db) == []

@@ -19,6 +19,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..errors import ConfigError
+from ..extras import require_extra
 from ..validate import masked_url
 from .base import DEFAULT_LOCK_TIMEOUT_S, Backend, DialectName
 from .mysql import MysqlBackend
@@ -62,12 +63,28 @@ def async_url(url: str | URL) -> URL:
     if backend in ("postgresql", "postgres"):
         return parsed.set(drivername="postgresql+asyncpg")
     if backend == "sqlite":
+        _check_sqlite(url, parsed)
         return parsed.set(drivername="sqlite+aiosqlite")
     if backend in ("mysql", "mariadb"):
         # One driver for both: the dialect tells MariaDB from MySQL by the server's version.
         return parsed.set(drivername="mysql+asyncmy")
     raise ConfigError(
         f"unsupported database {backend!r}: use postgresql://, sqlite://, mysql:// or mariadb://"
+    )
+
+
+def _check_sqlite(given: str | URL, parsed: URL) -> None:
+    """Refuse a SQLite URL with a host: ``sqlite://agent.db`` (two slashes) names a
+    host ``agent.db`` and no file, which would otherwise surface deep in the driver."""
+    if not (parsed.host or parsed.port or parsed.username or parsed.password):
+        return
+    shown = masked_url(given)  # as the caller wrote it, never the driver's rewrite
+    scheme, _, rest = shown.partition("://")
+    what = f"a host ({parsed.host!r})" if parsed.host else "a user, password or port"
+    raise ConfigError(
+        f"{shown!r} names {what}, and a SQLite URL names a file: "
+        f'did you mean "{scheme}:///{rest}"? (sqlite:///relative/path.db, '
+        "sqlite:////absolute/path.db; sqlite:// alone is an in-memory database)"
     )
 
 
@@ -79,6 +96,8 @@ def _backend_class(dialect: str, driver: str, memory: bool, pool_mode: PoolMode)
     if dialect in ("mysql", "mariadb"):
         if driver not in ("asyncmy", "aiomysql"):
             raise ConfigError(f"MySQL needs the asyncmy or aiomysql driver, not {driver!r}")
+        if driver == "asyncmy":
+            require_extra("mysql", "asyncmy", needed_by=f"a {dialect}:// URL")
         if pool_mode == "transaction":
             raise ConfigError("pool_mode='transaction' is for PostgreSQL behind PgBouncer")
         return MysqlBackend

@@ -14,10 +14,13 @@ lists them.
 
 from __future__ import annotations
 
-import importlib.util
+from ..errors import MissingExtra
+from ..extras import require_extra
 
-if not all(importlib.util.find_spec(name) for name in ("typer", "rich")):
-    raise SystemExit("the tenxstore command needs its extra: pip install 'tenxstore[cli]'")
+try:
+    require_extra("cli", "typer", "rich", needed_by="the tenxstore command")
+except MissingExtra as exc:  # a console script: one line, not a traceback
+    raise SystemExit(str(exc)) from None
 
 from . import demo, langgraph, memories, moves, ops, schema, threads
 from .common import app

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
@@ -17,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from typer.core import TyperCommand, TyperGroup
 
 from .. import __version__, archive
 from ..cache import DEFAULT_KEY_PREFIX, CachedCheckpointer
@@ -28,6 +30,7 @@ from ..types import AuthPolicy
 __all__ = [
     "DEFAULT_URL",
     "AllowType",
+    "App",
     "CacheNotInvalidated",
     "Conflict",
     "KeyPrefix",
@@ -53,8 +56,61 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_F = TypeVar("_F", bound=Callable[..., Any])
 DEFAULT_URL = "sqlite:///tenxstore.db"
-app = typer.Typer(
+
+
+def _sentences(text: str | None) -> str | None:
+    """A docstring as help: each paragraph one line, for rich to wrap. (Typer keeps a
+    docstring's line breaks in rich mode, which cut sentences mid-line at any width.)"""
+    if not text:
+        return text
+    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(text).split("\n\n"))
+
+
+def _without_flag_types(params: list[Any]) -> list[Any]:
+    """A flag (``--yes``, ``--help``) takes no value: no ``<bool>`` beside it in help.
+    (Typer 0.2x prints a type for every option; its click is its own, not importable.)"""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class _Command(TyperCommand):
+    """A command whose help reads as sentences and whose flags show no type."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = _sentences(self.help)
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _without_flag_types(super().get_params(ctx))
+
+
+class _Group(TyperGroup):
+    """The same, for a group of commands (the app, ``memories``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = _sentences(self.help)
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _without_flag_types(super().get_params(ctx))
+
+
+class App(typer.Typer):
+    """``typer.Typer`` whose commands and groups are :class:`_Command` and :class:`_Group`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cls=_Group, **kwargs)
+
+    def command(self, *args: Any, **kwargs: Any) -> Callable[[_F], _F]:
+        """``Typer.command``, the command a :class:`_Command`."""
+        return super().command(*args, cls=_Command, **kwargs)
+
+
+app = App(
     help="Operate tenxstore databases: migrate, check, inspect, export, import, copy.",
     no_args_is_help=True,
     add_completion=False,

@@ -19,11 +19,11 @@ from ..memory.store import MemoryStore
 from ..memory.validation import shared_access
 from ..repository import CheckpointRepository
 from ..types import AuthPolicy, Memory
-from .common import DEFAULT_URL, Schema, Url, command, fail, out, print_table, repository, when
+from .common import DEFAULT_URL, App, Schema, Url, command, fail, out, print_table, repository, when
 
 __all__ = ["memory_counts", "register"]
 
-app = typer.Typer(help="Long-term memories: list, search, show, sweep the expired ones.")
+app = App(help="Long-term memories: list, search, show, sweep the expired ones.")
 UserOption = Annotated[str | None, typer.Option("--user", help="Owner (omit: every user's).")]
 NamespaceOption = Annotated[
     str, typer.Option("--namespace", help="Labels joined with '.' ('' : every namespace).")

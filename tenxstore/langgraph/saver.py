@@ -36,6 +36,8 @@ import random
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Any
 
+from ..extras import require_extra
+
 try:
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import (
@@ -49,8 +51,11 @@ try:
     )
     from langgraph.checkpoint.serde.base import SerializerProtocol
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-except ImportError as exc:  # pragma: no cover - the message is the point
-    raise ImportError("tenxstore.langgraph needs: pip install 'tenxstore[langgraph]'") from exc
+except ImportError:  # MissingExtra (an ImportError) when the extra is not installed
+    require_extra(
+        "langgraph", "langgraph.checkpoint", "langchain_core", needed_by="tenxstore.langgraph"
+    )
+    raise  # installed, and still failing: its own error says more than we could
 
 from ..boundary import guard_iter
 from ..config import INCARNATION_KEY

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NoReturn
 
 from ..errors import ConfigError, SerializationError
+from ..extras import require_extra
 from ..serde import decode
 
 __all__ = ["AllowedTypes", "allowed_set", "check_value"]
@@ -57,11 +58,13 @@ def allowed_set(types: AllowedTypes) -> frozenset[tuple[str, ...]]:
 def _safe() -> tuple[frozenset[tuple[str, ...]], frozenset[tuple[str, ...]]]:
     try:
         from langgraph.checkpoint.serde._msgpack import SAFE_MSGPACK_METHODS, SAFE_MSGPACK_TYPES
-    except ImportError as exc:
-        raise ConfigError(
-            "LangGraph values are checked against LangGraph's safe types before they are "
-            "written: pip install 'tenxstore[langgraph]'"
-        ) from exc
+    except ImportError:
+        require_extra(
+            "langgraph",
+            "langgraph.checkpoint",
+            needed_by="checking LangGraph values against LangGraph's safe types",
+        )
+        raise
     return SAFE_MSGPACK_TYPES, SAFE_MSGPACK_METHODS
 
 

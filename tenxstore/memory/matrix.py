@@ -28,6 +28,7 @@ from sqlalchemy import String, cast, func, literal, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import ConfigError
+from ..extras import require_extra
 
 if TYPE_CHECKING:
     from .vectors import Vectors
@@ -43,12 +44,9 @@ in one statement instead of by id."""
 
 def numpy() -> Any:
     """numpy, imported when first needed (``pip install 'tenxstore[vectors]'``)."""
-    try:
-        import numpy
-    except ImportError as exc:  # pragma: no cover - numpy is in the extra
-        raise ConfigError(
-            "search by meaning needs numpy: pip install 'tenxstore[vectors]'"
-        ) from exc
+    require_extra("vectors", "numpy", needed_by="search by meaning")
+    import numpy
+
     return numpy
 
 

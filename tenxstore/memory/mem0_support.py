@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..extras import require_extra
 from ..types import AuthPolicy, Memory, MemoryHit
 from .sync import blocking
 from .validation import check_policy, check_scoped_user, split
@@ -62,13 +63,8 @@ version was written (ISO times: Mem0's own ``updated_at`` moves on a TTL refresh
 def import_mem0() -> Any:
     """The ``mem0`` package, telemetry off unless the environment says otherwise."""
     os.environ.setdefault("MEM0_TELEMETRY", "False")
-    try:
-        mem0 = importlib.import_module("mem0")  # untyped: Any
-    except ImportError as exc:
-        raise ConfigError(
-            "Mem0Store needs the mem0ai package: pip install 'tenxstore[mem0]'"
-        ) from exc
-    return mem0
+    require_extra("mem0", "mem0", needed_by="Mem0Store")
+    return importlib.import_module("mem0")  # untyped: Any
 
 
 class _NoLLM:

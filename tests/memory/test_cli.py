@@ -77,7 +77,7 @@ def test_delete_user_and_prune_and_export(db: list[str], tmp_path: Path, clock: 
     assert imported.exit_code == 0 and "2 memories created" in imported.output
     assert keys(db) == [("alice", "note"), ("alice", "seat"), ("bob", "code")]
     clock.advance(2)
-    pruned = invoke("prune", "--idle-for", "1s", "--include-memories", *db)
+    pruned = invoke("prune", "--idle-for", "1s", "--include-memories", "--yes", *db)
     assert pruned.exit_code == 0, pruned.output
     assert row(pruned.output, "memories") == 4  # imported ones keep their times; tmp too
     assert keys(db) == []
