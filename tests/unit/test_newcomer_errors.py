@@ -168,3 +168,20 @@ def test_the_command_without_its_extra_names_it(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert 'pip install "tenxstore[cli]"' in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda url: tenxstore.SqliteCheckpointer("agent.db", redis_url=url),
+        lambda url: tenxstore.PgCheckpointer("postgresql://u@h/db", redis_url=url),
+        lambda url: tenxstore.CachedCheckpointer(
+            CheckpointRepository("sqlite+aiosqlite://"), redis_url=url
+        ),
+    ],
+)
+def test_a_redis_url_with_a_typo_is_refused_at_construction(make: Callable[[str], Any]) -> None:
+    """``htp://`` (and any scheme redis-py cannot read) is a ``ConfigError`` when the
+    checkpointer is made, naming the schemes it takes, its password never shown."""
+    with pytest.raises(ConfigError, match=r"not a Redis URL: 'htp://u:\*\*\*@.*redis://"):
+        make("htp://u:s3cret@localhost:6379/0")
