@@ -46,11 +46,13 @@ class CacheReads(CacheCore):
         Records the version read (0 for no state), and the thread's incarnation, in
         the config. An entry that does not decode is a miss: it is logged and dropped.
         An entry of another life of the thread than the one the run recorded (it read
-        or wrote the thread since) is a miss too: the database answers, and the entry
-        is refilled.
+        or wrote the thread since), or of an older version of that life than the run
+        recorded, is a miss too: the database answers, and the entry is refilled. So a
+        run never reads its own state going back.
         """
         ids = self._ids(config)
         known = recorded_incarnation(config)
+        seen = recorded_version(config) if known is not None else None
         user = ids.user_id if ids.isolated else None
         redis = self._redis
         if redis is None:
@@ -61,6 +63,11 @@ class CacheReads(CacheCore):
         master = redis.known_master(key)  # the one that answered: a refill lands only there
         if raw is not None:
             entry = await self._cached(raw, current, key, known, ids.thread_id, user)
+            if entry is not None and seen is not None and entry.version < seen:
+                # older than what this run read or wrote of this life: an entry whose
+                # invalidation was lost (a Redis failover's window); never served, and
+                # the refill below replaces it with the database's head
+                entry = None
             if entry is not None:
                 telemetry.cache_lookup("hit")
                 record_read(config, entry.version, entry.incarnation)

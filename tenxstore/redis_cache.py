@@ -217,10 +217,16 @@ class RedisCache:
         return _describe(self.client, self.cluster)
 
     async def probe(self) -> str | None:
-        """PING Redis now, down window or not (bounded); the problem, or None."""
+        """Ask Redis now which master it is, down window or not (bounded): the script
+        every cached read runs the heart of (``INFO`` inside Lua, which a user the ACL
+        denies it cannot run); the problem, or None. On a cluster, a PING of each node."""
         try:
             client = await self._clients.get()
-            await asyncio.wait_for(client.ping(), self.timeout)
+            if self.cluster:
+                await asyncio.wait_for(client.ping(), self.timeout)
+            else:
+                ask = run_script(client, MASTER_SHA, MASTER_SCRIPT, "tenxstore", [])
+                await asyncio.wait_for(ask, self.timeout)
         except Exception as exc:  # a health check reports, it does not raise
             return _problem(exc)
         return None

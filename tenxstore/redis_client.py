@@ -65,11 +65,12 @@ def make_client(
         except (ValueError, TypeError) as exc:  # an option redis-py does not take
             raise ConfigError(f"sentinel_options: {masked_url(exc)}") from None
     if redis is not None:
-        return redis, None, False
+        return _of_bytes(redis), None, False
     if redis_pool is not None:
         if not isinstance(redis_pool, ConnectionPool):
             raise ConfigError("redis_pool must be a redis.asyncio.ConnectionPool")
-        return Redis(connection_pool=redis_pool), None, False  # the pool stays the caller's
+        # the pool stays the caller's
+        return _of_bytes(Redis(connection_pool=redis_pool)), None, False
     if not isinstance(redis_url, str):
         raise ConfigError(f"redis_url must be a str, not {type(redis_url).__name__}")
 
@@ -82,12 +83,29 @@ def make_client(
         return Redis.from_url(redis_url, **{**defaults, **(options or {})})
 
     try:
-        client = make()
+        client = _of_bytes(make())
+    except ConfigError:
+        raise
     except (ValueError, TypeError) as exc:  # a URL redis-py cannot read, a bad option
         raise ConfigError(
             f"not a Redis URL: {masked_url(redis_url)!r} ({masked_url(exc)})"
         ) from None
     return client, make, True
+
+
+def _of_bytes(client: Any) -> Any:
+    """``client``, checked to answer bytes: the cache reads entries as bytes, and a
+    client that decodes them (``decode_responses=True``) would turn every read into a
+    miss and every put into a fence, silently."""
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
+    if kwargs is None and hasattr(client, "get_connection_kwargs"):  # RedisCluster
+        kwargs = client.get_connection_kwargs()
+    if isinstance(kwargs, dict) and kwargs.get("decode_responses"):
+        raise ConfigError(
+            "the Redis client decodes responses (decode_responses=True): the cache needs "
+            "one that answers bytes; make another client without it for tenxstore"
+        )
+    return client
 
 
 def _sentinel_nodes(sentinels: Any) -> list[tuple[str, int]]:
@@ -207,11 +225,19 @@ def problem(exc: BaseException) -> str:
     if isinstance(exc, AuthenticationError):
         return "Redis refused the credentials: check the password (or user) in the Redis URL"
     if isinstance(exc, AuthorizationError):
-        return "the Redis user may not run these commands (GET, SET, EVALSHA, DEL)"
+        return (
+            "the Redis user may not run these commands (GET, GETRANGE, SET, DEL, EVALSHA, "
+            "SCRIPT LOAD, and INFO from a script: grant +info)"
+        )
     if isinstance(exc, MasterNotFoundError):
         return f"no sentinel named a master ({exc}): are the sentinels up, and is the name right?"
     if isinstance(exc, ReadOnlyError):
         return "Redis answered as a replica (READONLY): the cache needs the master"
+    if isinstance(exc, ResponseError) and "NOPERM" in str(exc):
+        return (
+            f"the Redis user may not run a command the cache needs ({exc}): grant it GET, "
+            "GETRANGE, SET, DEL, EVALSHA, SCRIPT LOAD and INFO (which its scripts call)"
+        )
     if isinstance(exc, ResponseError):
         return f"Redis refused a command ({exc}); a wrong database index or a server setting"
     if _caused_by(exc, ssl.SSLError):

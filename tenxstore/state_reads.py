@@ -47,7 +47,9 @@ async def list_states(
         .order_by(s.c.version.desc())
         .limit(limit)
     )
-    rows = await store.read_lagging(stmt, guard=store.caught_up(config), config=config)
+    rows = await store.read_lagging(
+        stmt, guard=store.caught_up(config), config=config, thread_id=ids.thread_id
+    )
     return [snapshot_of(row, ids.thread_id, store.keys, life_of(row)) for row in rows]
 
 
@@ -71,5 +73,7 @@ async def read_messages(
         )
         stmt = stmt.where(m.c.seq > after)
     stmt = stmt.order_by(m.c.seq).limit(limit)
-    rows = await store.read_lagging(stmt, guard=store.caught_up(config), config=config)
+    rows = await store.read_lagging(
+        stmt, guard=store.caught_up(config), config=config, thread_id=ids.thread_id
+    )
     return [store.load(row.payload, ids.thread_id, MESSAGE, life_of(row)) for row in rows]

@@ -247,8 +247,11 @@ class Store:
                 await self.ensure_ready()
         elif not self._writable:
             await self.ensure_writable()
-        async with self.backend.write(self.sql.lock, {"b_thread": thread_id}) as locked:
-            yield locked
+        try:
+            async with self.backend.write(self.sql.lock, {"b_thread": thread_id}) as locked:
+                yield locked
+        finally:
+            self.backend.writes.wrote([thread_id])  # committed or not: see Writes
 
     @asynccontextmanager
     async def write_rows(
@@ -262,8 +265,11 @@ class Store:
                 await self.ensure_ready()
         elif not self._writable:
             await self.ensure_writable()
-        async with self.backend.write(lock, params) as locked:
-            yield locked
+        try:
+            async with self.backend.write(lock, params) as locked:
+                yield locked
+        finally:
+            self.backend.writes.wrote()
 
     async def read_head(self, ids: RunIds) -> Head | None:
         """The head of the call's thread (as its caller may see it), or None."""
@@ -275,7 +281,10 @@ class Store:
         """The common state write in one step, or None (then take the locked path)."""
         if not self._writable:
             await self.ensure_writable()
-        return await self.backend.commit_head(write)
+        try:
+            return await self.backend.commit_head(write)
+        finally:
+            self.backend.writes.wrote([write.thread_id])
 
     @asynccontextmanager
     async def write_many(
@@ -284,12 +293,15 @@ class Store:
         """One write transaction holding the row locks of several threads, taken in id
         order (two such writers cannot deadlock); yields (conn, {thread_id: row or None})."""
         ordered = sorted(set(thread_ids))
-        async with self.write(ordered[0]) as (conn, first):
-            locked = {ordered[0]: first}
-            for thread_id in ordered[1:]:
-                row = await conn.execute(self.sql.lock, {"b_thread": thread_id})
-                locked[thread_id] = row.first()
-            yield conn, locked
+        try:
+            async with self.write(ordered[0]) as (conn, first):
+                locked = {ordered[0]: first}
+                for thread_id in ordered[1:]:
+                    row = await conn.execute(self.sql.lock, {"b_thread": thread_id})
+                    locked[thread_id] = row.first()
+                yield conn, locked
+        finally:
+            self.backend.writes.wrote(ordered)
 
     async def read(self, stmt: Executable, params: dict[str, Any] | None = None) -> list[Row[Any]]:
         """One read statement (retried once on a connection found dead)."""
@@ -303,8 +315,10 @@ class Store:
         *,
         guard: Sequence[ColumnElement[bool]] = (),
         config: MutableMapping[str, Any] | None = None,
+        thread_id: Any = None,
     ) -> list[Row[Any]]:
         """One read that tolerates lag: on a replica within bound (see ``replica_urls``)
+        that holds what this process wrote (of ``thread_id``; None: anything) and
         whose rows also meet ``guard`` there — when they are none, the primary answers
         the statement without it — else on the primary. Where is recorded in ``config``
         (:func:`tenxstore.config.read_source`)."""
@@ -313,8 +327,14 @@ class Store:
             lambda backend, on_replica: backend.read_here(guarded if on_replica else stmt),
             accept=bool if guard else None,
             config=config,
+            thread_id=thread_id,
         )
         return list(rows)
+
+    def written(self, thread_id: Any = None) -> float:
+        """When this process last wrote ``thread_id`` (None: anything)."""
+        writes = self.backend.writes
+        return writes.last if thread_id is None else writes.of_thread(thread_id)
 
     async def lagging(
         self,
@@ -322,12 +342,14 @@ class Store:
         *,
         accept: Callable[[T], bool] | None = None,
         config: MutableMapping[str, Any] | None = None,
+        thread_id: Any = None,
     ) -> tuple[T, ReadSource]:
-        """``work(backend, on_replica)`` on a replica within bound whose result ``accept``
+        """``work(backend, on_replica)`` on a replica within bound that holds what this
+        process wrote (of ``thread_id``; None: anything) and whose result ``accept``
         takes, else on the primary; where is recorded in ``config``."""
         if self.store_id is None:
             await self.ensure_ready()
-        result, source = await self.backend.lagging(work, accept)
+        result, source = await self.backend.lagging(work, accept, self.written(thread_id))
         if config is not None:
             record_source(config, source)
         return result, source

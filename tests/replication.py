@@ -449,6 +449,25 @@ class PgPair:
         for path in (auto, signal_file):
             self._own(path)
 
+    def pause(self, name: str) -> list[int]:
+        """Stop (SIGSTOP) every process of node ``name``, as a hung machine would be;
+        the pids, for :meth:`resume`."""
+        pid = int((self._nodes[name].data / "postmaster.pid").read_text().split()[0])
+        children = subprocess.run(
+            ["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False
+        ).stdout.split()
+        pids = [pid, *(int(child) for child in children)]
+        for each in pids:
+            os.kill(each, signal.SIGSTOP)
+        return pids
+
+    @staticmethod
+    def resume(pids: list[int]) -> None:
+        """Let the processes :meth:`pause` stopped go on."""
+        for each in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(each, signal.SIGCONT)
+
     def stop(self) -> None:
         """Stop both nodes at once (immediate); safe to call again. A directory of ours
         in /tmp is removed, each node's log copied into ``directory`` first."""

@@ -41,7 +41,7 @@ from .driver import DriverStatement
 from .failures import Failures
 from .memory_sql import KeywordSearch
 from .records import Footprint, Head, HeadWrite, LangGraphFastPath, StateWrite, TableSizes
-from .replicas import PRIMARY, ReplicaSet, current_route
+from .replicas import PRIMARY, ReplicaSet, Writes, current_route
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -109,6 +109,8 @@ class Backend(Failures, ABC):
         self.retry = RetryPolicy()
         """What this backend tries again, how often and with what wait (set by the
         repository's ``retry=``)."""
+        self.writes = Writes()
+        """When this process last wrote (what a replica must hold to serve its reads)."""
         # asyncpg and aiosqlite connections belong to one event loop: an engine this
         # backend created gets a twin for a loop that runs beside the first one, and
         # each is disposed of when its loop shuts down (tenxstore.loops).
@@ -376,11 +378,16 @@ class Backend(Failures, ABC):
         Raises:
             ConnectionLost: The connection broke (a write: ``committed=None``).
         """
-        route = None if write else current_route()
+        if write:
+            try:
+                return await self.run_here(stmt, values, write=True, many=many)
+            finally:
+                self.writes.wrote()  # committed or not: a replica must hold it to serve
+        route = current_route()
         if self.replicas is None or route is None:
-            return await self.run_here(stmt, values, write=write, many=many)
+            return await self.run_here(stmt, values, write=False, many=many)
         found, source = await self.replicas.serve(
-            lambda b, _: b.run_here(stmt, values, write=False, many=many)
+            lambda b, _: b.run_here(stmt, values, write=False, many=many), after=route.after
         )
         route.served(source)
         return found
@@ -447,7 +454,9 @@ class Backend(Failures, ABC):
         route = current_route()
         if self.replicas is None or route is None:
             return await self.read_here(stmt, params)
-        rows, source = await self.replicas.serve(lambda b, _: b.read_here(stmt, params))
+        rows, source = await self.replicas.serve(
+            lambda b, _: b.read_here(stmt, params), after=route.after
+        )
         route.served(source)
         return rows
 
@@ -455,12 +464,14 @@ class Backend(Failures, ABC):
         self,
         work: Callable[[Backend, bool], Awaitable[T]],
         accept: Callable[[T], bool] | None = None,
+        after: float = float("-inf"),
     ) -> tuple[T, ReadSource]:
-        """``work(backend, on_replica)`` on a replica within bound whose result
-        ``accept`` takes (see :meth:`.replicas.ReplicaSet.serve`), else here."""
+        """``work(backend, on_replica)`` on a replica within bound that holds what was
+        written before ``after`` and whose result ``accept`` takes (see
+        :meth:`.replicas.ReplicaSet.serve`), else here."""
         if self.replicas is None:
             return await work(self, False), PRIMARY
-        return await self.replicas.serve(work, accept)
+        return await self.replicas.serve(work, accept, after)
 
     async def read_here(
         self, stmt: Executable, params: dict[str, Any] | None = None

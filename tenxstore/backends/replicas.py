@@ -28,9 +28,12 @@ the primary answers).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -52,6 +55,7 @@ __all__ = [
     "SKIP_SECONDS",
     "ReplicaSet",
     "Route",
+    "Writes",
     "current_route",
     "tolerating_lag",
 ]
@@ -63,14 +67,59 @@ T = TypeVar("T")
 DEFAULT_MAX_LAG = 5.0
 """Seconds a replica may be behind the primary and still serve reads (by default)."""
 SKIP_SECONDS = 5.0
-"""How long a replica that failed (down, refused, promoted) is left alone."""
+"""How long a replica that failed (down, refused, promoted, diverged) is left alone."""
+PROBE_TIMEOUT = 1.0
+"""Seconds each statement of a probe may take: a standby that hangs is skipped."""
+REPLICA_TIMEOUT = 10.0
+"""Seconds a read may take on a replica before the primary answers it instead."""
 PRIMARY = ReadSource(None, 0.0)
 
-_PRIMARY_POSITION = text("SELECT pg_current_wal_flush_lsn()::text")
+# The primary's flushed WAL position and its timeline (the first 8 hex digits of the
+# name of the WAL file that holds it: a function any role may call on a primary).
+_PRIMARY_POSITION = text(
+    "SELECT pg_current_wal_flush_lsn()::text,"
+    " substr(pg_walfile_name(pg_current_wal_flush_lsn()), 1, 8)"
+)
+# Whether the standby is in recovery, has replayed that far, how old its last replayed
+# transaction is, and its WAL receiver's state and timeline (NULL for a role without
+# pg_read_all_stats: then it cannot be told to follow this primary).
 _REPLICA_POSITION = text(
     "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn() >= CAST(CAST(:lsn AS text) AS pg_lsn),"
-    " EXTRACT(EPOCH FROM clock_timestamp() - pg_last_xact_replay_timestamp())::float8"
+    " EXTRACT(EPOCH FROM clock_timestamp() - pg_last_xact_replay_timestamp())::float8,"
+    " r.pid IS NOT NULL, r.status, r.received_tli"
+    " FROM (SELECT 1) AS one LEFT JOIN pg_stat_wal_receiver AS r ON true"
 )
+
+
+class Writes:
+    """When this process last wrote (monotonic seconds): anything, and each thread (the
+    most recent ``size`` of them; a thread forgotten counts as written when the
+    newest forgotten one was). A read that tolerates lag goes to a replica only when
+    the replica holds what this process wrote before it."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self.last = float("-inf")
+        self._threads: OrderedDict[Any, float] = OrderedDict()
+        self._forgotten = float("-inf")
+        self._size = size
+        self._lock = threading.Lock()
+
+    def wrote(self, thread_ids: Iterable[Any] = ()) -> None:
+        """A write (of ``thread_ids``) has just ended, committed or not."""
+        now = time.monotonic()
+        with self._lock:
+            self.last = now
+            for thread_id in thread_ids:
+                self._threads[thread_id] = now
+                self._threads.move_to_end(thread_id)
+            while len(self._threads) > self._size:
+                _, at = self._threads.popitem(last=False)
+                self._forgotten = max(self._forgotten, at)
+
+    def of_thread(self, thread_id: Any) -> float:
+        """When this process last wrote ``thread_id``."""
+        with self._lock:
+            return self._threads.get(thread_id, self._forgotten)
 
 
 @dataclass
@@ -79,12 +128,11 @@ class Replica:
 
     backend: Backend
     name: str
-    lag: float | None = None
-    """The bound measured at :attr:`measured` (None: not known, not to be used)."""
-    measured: float = 0.0
+    holds: float | None = None
+    """A monotonic time before which it holds every commit (None: not known)."""
     probed: float = float("-inf")
-    """When it was last probed: a replica found behind is probed again only after a
-    quarter of the bound, not by every read meanwhile."""
+    """When it was last probed: probed again only a quarter of the bound later, not by
+    every read meanwhile."""
     skipped_until: float = 0.0
     why: str = "not measured yet"
     probing: bool = False
@@ -92,16 +140,17 @@ class Replica:
 
     def bound(self, now: float) -> float | None:
         """An upper bound of its lag now (None: not known)."""
-        return None if self.lag is None else self.lag + max(0.0, now - self.measured)
+        return None if self.holds is None else max(0.0, now - self.holds)
 
 
 class Route:
     """The reads of one call that tolerate lag (see :func:`tolerating_lag`): where they
     went, the largest lag bound kept."""
 
-    def __init__(self) -> None:
+    def __init__(self, after: float) -> None:
         self.source = PRIMARY
-        self.replicas = 0
+        self.after = after
+        """What the reads must see: a replica must hold the commits made before it."""
 
     def served(self, source: ReadSource) -> None:
         if source.lag >= self.source.lag:
@@ -117,12 +166,12 @@ def current_route() -> Route | None:
 
 
 @contextmanager
-def tolerating_lag() -> Iterator[Route]:
+def tolerating_lag(after: float) -> Iterator[Route]:
     """Within the block, the repository's reads may be served by a replica (each is,
-    when one is within its bound; writes and locks always go to the primary). Never
-    around a ``yield`` of an async generator: a context variable set there leaks
-    into its consumer."""
-    route = Route()
+    when one is within its bound and holds what was written before ``after``; writes
+    and locks always go to the primary). Never around a ``yield`` of an async
+    generator: a context variable set there leaks into its consumer."""
+    route = Route(after)
     token = _ROUTE.set(route)
     try:
         yield route
@@ -167,9 +216,9 @@ class ReplicaSet:
 
     # -- choosing -------------------------------------------------------------------
 
-    async def pick(self) -> tuple[Replica, float] | None:
-        """A replica whose lag is within bound, and its bound; each in turn. None: none
-        is (the primary answers)."""
+    async def pick(self, after: float = float("-inf")) -> tuple[Replica, float] | None:
+        """A replica within bound that holds what was written before ``after``, and its
+        bound; each in turn. None: none is (the primary answers)."""
         count = len(self.replicas)
         start, self._turn = self._turn, (self._turn + 1) % count
         for step in range(count):
@@ -177,48 +226,73 @@ class ReplicaSet:
             now = self._clock()
             if now < replica.skipped_until:
                 continue
-            bound = replica.bound(now)
-            stale = bound is None or bound > self.max_lag / 2
-            if stale and not replica.probing and now - replica.probed >= self.max_lag / 4:
+            if not self._fits(replica, now, after) and self._may_probe(replica, now):
                 await self.probe(replica)
                 now = self._clock()
+            if self._fits(replica, now, after) and now >= replica.skipped_until:
                 bound = replica.bound(now)
-            if bound is not None and bound <= self.max_lag and now >= replica.skipped_until:
+                assert bound is not None
                 return replica, bound
         return None
 
+    def _fits(self, replica: Replica, now: float, after: float) -> bool:
+        holds = replica.holds
+        return holds is not None and holds > after and now - holds <= self.max_lag
+
+    def _may_probe(self, replica: Replica, now: float) -> bool:
+        return not replica.probing and now - replica.probed >= self.max_lag / 4
+
     async def probe(self, replica: Replica) -> None:
-        """Measure an upper bound of ``replica``'s lag (see the module's docstring)."""
+        """Measure until when ``replica`` holds every commit (see the module)."""
         replica.probing = True
         try:
             started = replica.probed = self._clock()
             try:
-                position = (await self.primary.read_here(_PRIMARY_POSITION))[0][0]
+                found = await _within(self.primary.read_here(_PRIMARY_POSITION))
             except Exception as exc:  # the reads then go to the primary, which says why
-                replica.lag, replica.why = None, f"the primary's WAL position: {exc}"
+                replica.holds, replica.why = None, f"the primary's WAL position: {exc}"
                 return
+            first: Any = found[0]
+            position, timeline = first[0], int(first[1], 16)
             asked = self._clock()
             try:
-                row: Any = (await replica.backend.read_here(_REPLICA_POSITION, {"lsn": position}))[
-                    0
-                ]
-            except Exception as exc:
+                row = (
+                    await _within(replica.backend.read_here(_REPLICA_POSITION, {"lsn": position}))
+                )[0]
+            except Exception as exc:  # down, refused, hung (a timeout)
                 self.failed(replica, exc)
                 return
-            recovering, caught_up, behind = row[0], row[1], row[2]
-            if not recovering:
-                self._skip(replica, "it is not in recovery: promoted, it follows no primary")
-                return
-            replica.skipped_until = 0.0  # it answers, as a standby
-            if caught_up:
-                replica.lag, replica.measured, replica.why = 0.0, started, ""
-            elif behind is None:
-                replica.lag, replica.why = None, "it has replayed no transaction yet"
-            else:
-                replica.lag, replica.measured = max(0.0, float(behind)), asked
-                replica.why = "" if replica.lag <= self.max_lag else "it lags past the bound"
+            self._measured(replica, row, timeline, started, asked)
         finally:
             replica.probing = False
+
+    def _measured(
+        self, replica: Replica, row: Any, timeline: int, started: float, asked: float
+    ) -> None:
+        recovering, caught_up, behind, receiving, status, received = tuple(row)
+        if not recovering:
+            self._skip(replica, "it is not in recovery: promoted, it follows no primary")
+        elif receiving and status is None:
+            self._skip(
+                replica,
+                "its WAL receiver cannot be seen (GRANT pg_read_all_stats to this role): "
+                "it cannot be told to follow this primary",
+            )
+        elif status != "streaming" or received != timeline:
+            self._skip(
+                replica,
+                f"it does not stream this primary's timeline {timeline} "
+                f"(WAL receiver {status or 'stopped'}, timeline {received})",
+            )
+        else:
+            replica.skipped_until = 0.0  # it answers, and follows this primary
+            if caught_up:
+                replica.holds, replica.why = started, ""
+            elif behind is None:
+                replica.holds, replica.why = None, "it has replayed no transaction yet"
+            else:
+                replica.holds = asked - max(0.0, float(behind))
+                replica.why = "" if behind <= self.max_lag else "it lags past the bound"
 
     async def health(self) -> tuple[ReplicaHealth, ...]:
         """Each replica measured now: its lag bound, and why it serves no reads."""
@@ -239,7 +313,7 @@ class ReplicaSet:
     def _skip(self, replica: Replica, why: str) -> None:
         if replica.skipped_until <= self._clock():
             log.warning("replica %s skipped for %.0f s: %s", replica.name, SKIP_SECONDS, why)
-        replica.lag, replica.why = None, why
+        replica.holds, replica.why = None, why
         replica.skipped_until = self._clock() + SKIP_SECONDS
 
     # -- serving ---------------------------------------------------------------------
@@ -248,17 +322,19 @@ class ReplicaSet:
         self,
         work: Callable[[Backend, bool], Awaitable[T]],
         accept: Callable[[T], bool] | None = None,
+        after: float = float("-inf"),
     ) -> tuple[T, ReadSource]:
-        """``work(backend, on_replica)`` on a replica within bound whose result
-        ``accept`` takes; else on the primary. A replica's failure is never the
-        caller's: the primary answers instead."""
-        picked = await self.pick()
+        """``work(backend, on_replica)`` on a replica within bound that holds what was
+        written before ``after`` and whose result ``accept`` takes; else on the
+        primary. A replica's failure (a timeout included) is never the caller's: the
+        primary answers instead."""
+        picked = await self.pick(after)
         if picked is not None:
             replica, bound = picked
             started = self._clock()
             try:
-                result = await work(replica.backend, True)
-            except (DatabaseUnavailable, ConnectionLost) as exc:
+                result = await asyncio.wait_for(work(replica.backend, True), REPLICA_TIMEOUT)
+            except (DatabaseUnavailable, ConnectionLost, asyncio.TimeoutError) as exc:
                 self.failed(replica, exc)
             except Exception as exc:  # e.g. a conflict with recovery: not the caller's
                 log.info("a read on replica %s failed (%s): the primary answers", replica.name, exc)
@@ -277,14 +353,14 @@ class ReplicaSet:
         """A snapshot (``enter(backend)``, a context manager) on a replica within bound,
         else on the primary. Only its opening falls back: what runs inside is the
         caller's."""
-        picked = await self.pick()
+        picked = await self.pick(route.after)
         async with AsyncExitStack() as stack:
             conn: AsyncConnection | None = None
             if picked is not None:
                 replica, bound = picked
                 try:
-                    conn = await stack.enter_async_context(enter(replica.backend))
-                except (DatabaseUnavailable, ConnectionLost, DBAPIError) as exc:
+                    conn = await _within(stack.enter_async_context(enter(replica.backend)))
+                except (DatabaseUnavailable, ConnectionLost, DBAPIError, TimeoutError) as exc:
                     self.failed(replica, exc)
                 else:
                     replica.served += 1
@@ -295,3 +371,11 @@ class ReplicaSet:
                 conn = await stack.enter_async_context(enter(self.primary))
             assert conn is not None
             yield conn
+
+
+async def _within(work: Awaitable[T]) -> T:
+    """``work`` bounded by :data:`PROBE_TIMEOUT` (``TimeoutError`` past it)."""
+    try:
+        return await asyncio.wait_for(work, PROBE_TIMEOUT)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"no answer within {PROBE_TIMEOUT:g} s") from None

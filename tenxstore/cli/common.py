@@ -21,6 +21,8 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from typer.core import TyperCommand, TyperGroup
 
 from .. import __version__, archive
+from ..backends import async_url
+from ..backends.standbys import replicas_of_url
 from ..cache import DEFAULT_KEY_PREFIX, CachedCheckpointer
 from ..errors import ConfigError, TenxStoreError
 from ..protocol import Checkpointer
@@ -227,9 +229,12 @@ def existing_database(url: str) -> None:
 
 
 def repository(url: str, schema: str | None, *, reads_only: bool = False) -> CheckpointRepository:
+    """The repository a command works on: every read on the primary (an operator reads
+    what is there now; the URL's ``replica=`` options are left out)."""
     if reads_only:
         existing_database(url)
-    return CheckpointRepository(url, schema=schema, enforce_user_isolation=False)
+    primary, _, _ = replicas_of_url(async_url(url))
+    return CheckpointRepository(primary, schema=schema, enforce_user_isolation=False)
 
 
 @asynccontextmanager

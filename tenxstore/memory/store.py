@@ -527,11 +527,11 @@ class MemoryStore(SyncTwins, indexing.Reindexing):
                     "this store keeps no keyword index (keyword_index=False): keyword "
                     "search needs it" + ("" if self.vectors else "; or give it an embedding")
                 )
-            with tolerating_lag():  # its reads may go to a replica (see replica_urls)
+            with tolerating_lag(self.base.written()):  # reads may go to a replica
                 return await keyword.search_by_words(self, users, ns, text, limit, threshold, keep)
         if not limit:
             return []
-        with tolerating_lag():
+        with tolerating_lag(self.base.written()):
             return await self._vector_search(users, ns, text, limit, threshold, keep, mode)
 
     async def _vector_search(

@@ -302,6 +302,13 @@ async def test_a_standby_is_never_written_to(async_pair: PgPair) -> None:
     config = {"configurable": {"thread_id": "t", "user_id": "u"}}
     async with CheckpointRepository(nodes.url(nodes.primary)) as primary:
         await primary.asetup()
+    # asynchronous replication: the standby holds the schema once it has replayed it
+    nodes.wait_sql(
+        nodes.standby,
+        "SELECT count(*) FROM pg_tables WHERE tablename = 'tenxstore_store'",
+        "1",
+        "the standby replaying the schema",
+    )
     for url, why in (
         (f"{standby}?target_session_attrs=read-write", "target_session_attrs"),
         (standby, "read-only"),
