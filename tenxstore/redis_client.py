@@ -233,7 +233,9 @@ def problem(exc: BaseException) -> str:
         return f"no sentinel named a master ({exc}): are the sentinels up, and is the name right?"
     if isinstance(exc, ReadOnlyError):
         return "Redis answered as a replica (READONLY): the cache needs the master"
-    if isinstance(exc, ResponseError) and "NOPERM" in str(exc):
+    if isinstance(exc, ResponseError) and (
+        "NOPERM" in str(exc) or "can't run this command" in str(exc)
+    ):
         return (
             f"the Redis user may not run a command the cache needs ({exc}): grant it GET, "
             "GETRANGE, SET, DEL, EVALSHA, SCRIPT LOAD and INFO (which its scripts call)"

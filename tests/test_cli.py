@@ -604,3 +604,13 @@ def test_import_replace_invalidates_the_applications_cache(tmp_path: Path) -> No
     assert again.exit_code == 0 and "1 unchanged" in again.output, again.output
     restored = asyncio.run(app_reads())
     assert restored is not None and restored["turn"] == 1
+
+
+def test_a_command_reads_the_primary_whatever_replicas_the_url_names() -> None:
+    """An operator reads what is there now: the ``replica=`` options of a URL are left
+    out of the repository a command opens."""
+    from tenxstore.cli.common import repository
+
+    repo = repository("postgresql://u@h/db?replica=s1&replica=s2:5433&max_replica_lag=2", None)
+    assert repo.backend.replicas is None
+    assert "replica" not in repo.backend.engine.url.query

@@ -5,13 +5,14 @@ database, and a replica refuses both (READONLY)."""
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 
-from tenxstore import CachedCheckpointer, CheckpointRepository
+from tenxstore import CachedCheckpointer, CheckpointRepository, ConfigError
 from tests import services
 from tests.cache.conftest import sql_statements
 from tests.conftest import cfg
@@ -115,3 +116,54 @@ def _linked(port: int) -> bool:
 
     with redis.Redis(port=port, socket_timeout=2) as node:
         return bool(node.info("replication")["master_link_status"] == "up")
+
+
+async def test_an_entry_older_than_the_run_recorded_is_a_miss_and_refilled(
+    cached: CachedCheckpointer, redis_client: Redis
+) -> None:
+    """An invalidation lost in a failover's window leaves an older entry: the run that
+    wrote the newer version never reads it, and its read repairs the entry."""
+    mine = cfg()
+    await cached.aput_state(mine, {"n": 1})
+    older = await redis_client.get(KEY)
+    await cached.aput_state(mine, {"n": 2})
+    assert older is not None
+    await redis_client.set(KEY, older)  # the entry of version 1, as a lost fence leaves it
+    with sql_statements(cached) as seen:
+        assert await cached.aget_state_cache(mine) == {"n": 2}  # the database's
+    assert seen != []
+    with sql_statements(cached) as seen:  # refilled with version 2: a hit for anyone
+        assert await cached.aget_state_cache(cfg()) == {"n": 2}
+    assert seen == []
+
+
+async def test_a_client_that_decodes_responses_is_refused(tmp_path: Path, redis_url: str) -> None:
+    repo = CheckpointRepository(f"sqlite:///{tmp_path / 'd.db'}")
+    decoding = Redis.from_url(redis_url, decode_responses=True)
+    try:
+        with pytest.raises(ConfigError, match="decode_responses"):
+            CachedCheckpointer(repo, redis=decoding)
+        with pytest.raises(ConfigError, match="decode_responses"):
+            CachedCheckpointer(repo, redis_url=redis_url, redis_options={"decode_responses": True})
+    finally:
+        await decoding.aclose()
+
+
+async def test_a_user_the_acl_denies_info_is_reported(
+    tmp_path: Path, redis_url: str, redis_client: Redis
+) -> None:
+    """The cache's scripts read INFO: ``acheck`` runs one, so a user without ``+info``
+    is a problem it names, not a healthy cache that always misses."""
+    user = f"tenxstore-noinfo-{uuid.uuid4().hex[:8]}"
+    await redis_client.execute_command("ACL", "SETUSER", user, "on", ">pw", "~*", "+@all", "-info")
+    repo = CheckpointRepository(f"sqlite:///{tmp_path / 'a.db'}")
+    await repo.asetup()
+    url = redis_url.replace("redis://", f"redis://{user}:pw@", 1)
+    cp = CachedCheckpointer(repo, redis_url=url, key_prefix="acltest")
+    try:
+        health = await cp.acheck()
+        assert health.cache_error is not None and "info" in health.cache_error.lower()
+        assert not health.ok
+    finally:
+        await cp.aclose()
+        await redis_client.execute_command("ACL", "DELUSER", user)

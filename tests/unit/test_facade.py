@@ -99,3 +99,23 @@ def test_every_async_method_has_a_sync_twin_of_its_signature(implementation: typ
         twin = getattr(implementation, sync)
         assert twin.__dict__.get("twin_of") == name
         assert shape(twin) == shape(getattr(Checkpointer, name)), sync
+
+
+def test_the_memory_stores_sync_twins_keep_their_async_signatures() -> None:
+    """``MemoryStore``'s twins are written out (they may run inside a running loop, in
+    a helper thread): each takes exactly its async method's parameters, with the same
+    defaults, and returns what it returns."""
+    from tenxstore.memory.store import MemoryStore
+    from tenxstore.memory.sync import SyncTwins
+
+    twins = [name for name, value in vars(SyncTwins).items() if inspect.isfunction(value)]
+    assert len(twins) >= 10
+    for name in twins:
+        if name.startswith("_") or not hasattr(MemoryStore, "a" + name):
+            continue
+        sync_shape, async_shape = (
+            shape(getattr(SyncTwins, name)),
+            shape(getattr(MemoryStore, "a" + name)),
+        )
+        assert [p[:3] for p in sync_shape[0]] == [p[:3] for p in async_shape[0]], name
+        assert sync_shape[1].replace("builtins.", "") == async_shape[1], name
