@@ -177,9 +177,9 @@ def read_source(config: Mapping[str, Any]) -> ReadSource | None:
     ``replica_urls``); None when no such read used the config.
 
     The reads that tolerate lag are ``alist_threads``, ``alist_states``,
-    ``aget_messages`` and ``aexport_thread``. A read of a thread whose config
-    recorded a version (the run read or wrote it) always includes that version: a
-    replica that has not replayed it does not answer.
+    ``aget_messages`` and ``aexport_thread``. They always include what this process
+    wrote (a replica serves only once it holds it), and, of a thread whose config
+    recorded a version (the run read or wrote it, in any process), that version.
     """
     for key in ("thread_id", "user_id"):
         _, where = _lookup(config, key)
