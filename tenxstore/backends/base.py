@@ -41,7 +41,7 @@ from .driver import DriverStatement
 from .failures import Failures
 from .memory_sql import KeywordSearch
 from .records import Footprint, Head, HeadWrite, LangGraphFastPath, StateWrite, TableSizes
-from .replicas import PRIMARY, ReplicaSet, Writes, current_route
+from .replicas import PRIMARY, ReplicaSet, Writes, lag_tolerated
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -383,13 +383,12 @@ class Backend(Failures, ABC):
                 return await self.run_here(stmt, values, write=True, many=many)
             finally:
                 self.writes.wrote()  # committed or not: a replica must hold it to serve
-        route = current_route()
-        if self.replicas is None or route is None:
+        after = lag_tolerated()
+        if self.replicas is None or after is None:
             return await self.run_here(stmt, values, write=False, many=many)
-        found, source = await self.replicas.serve(
-            lambda b, _: b.run_here(stmt, values, write=False, many=many), after=route.after
+        found, _ = await self.replicas.serve(
+            lambda b, _: b.run_here(stmt, values, write=False, many=many), after=after
         )
-        route.served(source)
         return found
 
     async def run_here(
@@ -451,13 +450,10 @@ class Backend(Failures, ABC):
     ) -> Sequence[Row[Any]]:
         """Run one read statement (:meth:`read_here`), on a replica when the call's reads
         tolerate lag (:func:`~.replicas.tolerating_lag`) and one is within bound."""
-        route = current_route()
-        if self.replicas is None or route is None:
+        after = lag_tolerated()
+        if self.replicas is None or after is None:
             return await self.read_here(stmt, params)
-        rows, source = await self.replicas.serve(
-            lambda b, _: b.read_here(stmt, params), after=route.after
-        )
-        route.served(source)
+        rows, _ = await self.replicas.serve(lambda b, _: b.read_here(stmt, params), after=after)
         return rows
 
     async def lagging(
@@ -497,10 +493,10 @@ class Backend(Failures, ABC):
     def snapshot(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """A read transaction that sees one snapshot of the database (of a replica within
         bound when the call's reads tolerate lag)."""
-        route = current_route()
-        if self.replicas is None or route is None:
+        after = lag_tolerated()
+        if self.replicas is None or after is None:
             return self.snapshot_here()
-        return self.replicas.snapshot(lambda backend: backend.snapshot_here(), route)
+        return self.replicas.snapshot(lambda backend: backend.snapshot_here(), after)
 
     @asynccontextmanager
     async def snapshot_here(self) -> AsyncIterator[AsyncConnection]:

@@ -13,17 +13,22 @@ probe runs again, inline on the read that finds it past half the bound, once per
 replica at a time, and at most once per quarter of the bound (a replica found behind
 is not probed by every read while it catches up).
 
-A replica that is down, that refused us, that left recovery (promoted: it no longer
-follows this primary) or whose probe failed is skipped for :data:`SKIP_SECONDS`;
-its reads go to the primary meanwhile. A read that fails on a replica is run on the
-primary (reads are idempotent), so a replica never makes a read fail that the
-primary would have answered.
+A replica serves only while it is in recovery and streams this primary's timeline
+(its WAL receiver ``streaming`` on the timeline the primary writes: a promoted standby,
+one cut off, or a former primary whose history split from this one's serves nothing).
+One that is down, refused us, fails that check, or does not answer a probe within
+:data:`PROBE_TIMEOUT` is skipped for :data:`SKIP_SECONDS`; its reads go to the primary
+meanwhile. A read that fails on a replica, or takes past :data:`REPLICA_TIMEOUT`, is
+run on the primary (reads are idempotent), so a replica never makes a read fail that
+the primary would have answered.
 
-What goes where is the caller's choice, statement by statement: a read a write will
-compare against never comes here (:mod:`tenxstore.store` routes only those that
-tolerate lag), and a read that must include the run's own write sends a guarded
-statement that returns nothing on a replica that has not caught up with it (then
-the primary answers).
+A process never reads its own writes as missing: :class:`Writes` records when it last
+wrote (each thread, and anything), and a replica serves a read only once a probe shows
+it holds the commits made before that time. What goes where is the caller's choice:
+a read a write will compare against never comes here (:mod:`tenxstore.store` routes
+only those that tolerate lag), and a read of a thread whose config recorded a version
+sends a guarded statement that returns nothing on a replica that has not replayed it
+(then the primary answers).
 """
 
 from __future__ import annotations
@@ -54,9 +59,8 @@ __all__ = [
     "PRIMARY",
     "SKIP_SECONDS",
     "ReplicaSet",
-    "Route",
     "Writes",
-    "current_route",
+    "lag_tolerated",
     "tolerating_lag",
 ]
 
@@ -143,40 +147,27 @@ class Replica:
         return None if self.holds is None else max(0.0, now - self.holds)
 
 
-class Route:
-    """The reads of one call that tolerate lag (see :func:`tolerating_lag`): where they
-    went, the largest lag bound kept."""
-
-    def __init__(self, after: float) -> None:
-        self.source = PRIMARY
-        self.after = after
-        """What the reads must see: a replica must hold the commits made before it."""
-
-    def served(self, source: ReadSource) -> None:
-        if source.lag >= self.source.lag:
-            self.source = source
+_AFTER: ContextVar[float | None] = ContextVar("tenxstore_lag_tolerated", default=None)
 
 
-_ROUTE: ContextVar[Route | None] = ContextVar("tenxstore_replica_route", default=None)
-
-
-def current_route() -> Route | None:
-    """The route of the running call when its reads tolerate lag, else None."""
-    return _ROUTE.get()
+def lag_tolerated() -> float | None:
+    """When the running call's reads tolerate lag (:func:`tolerating_lag`): what a
+    replica must hold to serve them (the commits made before this monotonic time);
+    else None."""
+    return _AFTER.get()
 
 
 @contextmanager
-def tolerating_lag(after: float) -> Iterator[Route]:
+def tolerating_lag(after: float) -> Iterator[None]:
     """Within the block, the repository's reads may be served by a replica (each is,
     when one is within its bound and holds what was written before ``after``; writes
     and locks always go to the primary). Never around a ``yield`` of an async
     generator: a context variable set there leaks into its consumer."""
-    route = Route(after)
-    token = _ROUTE.set(route)
+    token = _AFTER.set(after)
     try:
-        yield route
+        yield
     finally:
-        _ROUTE.reset(token)
+        _AFTER.reset(token)
 
 
 class ReplicaSet:
@@ -348,26 +339,24 @@ class ReplicaSet:
 
     @asynccontextmanager
     async def snapshot(
-        self, enter: Callable[[Backend], Any], route: Route
+        self, enter: Callable[[Backend], Any], after: float
     ) -> AsyncIterator[AsyncConnection]:
         """A snapshot (``enter(backend)``, a context manager) on a replica within bound,
         else on the primary. Only its opening falls back: what runs inside is the
         caller's."""
-        picked = await self.pick(route.after)
+        picked = await self.pick(after)
         async with AsyncExitStack() as stack:
             conn: AsyncConnection | None = None
             if picked is not None:
-                replica, bound = picked
+                replica, _ = picked
                 try:
                     conn = await _within(stack.enter_async_context(enter(replica.backend)))
                 except (DatabaseUnavailable, ConnectionLost, DBAPIError, TimeoutError) as exc:
                     self.failed(replica, exc)
                 else:
                     replica.served += 1
-                    route.served(ReadSource(replica.name, bound))
             if conn is None:
                 self.primary_reads += 1
-                route.served(PRIMARY)
                 conn = await stack.enter_async_context(enter(self.primary))
             assert conn is not None
             yield conn
