@@ -143,6 +143,9 @@ class StateRow(Base):
     state_data: Mapped[str]
     meta: Mapped[str | None]
     created_at: Mapped[datetime]
+    # A random number a one-step write stores (0013): what tells, after its connection
+    # broke mid-flight, whether it committed. NULL when written by the locked path.
+    write_id: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (UniqueConstraint("thread_id", "version"),)
 

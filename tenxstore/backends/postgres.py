@@ -44,7 +44,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
-from .. import telemetry
 from ..errors import ConfigError, ConnectionLost
 from ..models import Tables
 from .asyncpg_driver import lost_error, open_uninterrupted, unsent_error
@@ -52,6 +51,7 @@ from .base import Backend, timeout_ms
 from .codes import OPENING_ERRORS
 from .connections import Borrowed, on_every_connection
 from .driver import DriverStatement
+from .lost_writes import after_a_lost_write, new_write_id, unknown_outcome
 from .memory_sql import PostgresKeywords
 from .pgoptions import asyncpg_options
 from .postgres_catalog import database_identity, table_footprint
@@ -147,8 +147,10 @@ class PostgresBackend(Backend):
         key = (write.owned, write.expected is not None, write.incarnation is not None)
         stmt = self._writes[key]
         messages = write.messages
+        write_id = new_write_id()
         args = stmt.args(
             {
+                "b_write_id": write_id,
                 "b_thread": write.thread_id,
                 "b_user": write.user_id,
                 "b_expected": write.expected,
@@ -166,7 +168,7 @@ class PostgresBackend(Backend):
         try:
             row = await self._hot(stmt.sql, args, idempotent=False, fresh=True, server=server)
         except ConnectionLost:
-            return await self._after_a_lost_write(write, server)
+            return await self._after_a_lost_write(write, write_id, server)
         return None if row is None else Head(row[0], row[1], row[2], None)
 
     @property
@@ -201,7 +203,9 @@ class PostgresBackend(Backend):
             stmt.sql, stmt.args(values), idempotent=not write, fresh=write, many=many
         )
 
-    async def _after_a_lost_write(self, write: HeadWrite, server: list[int]) -> Head | None:
+    async def _after_a_lost_write(
+        self, write: HeadWrite, write_id: int, server: list[int]
+    ) -> Head | None:
         """The connection broke while the write was in flight (a server that dropped an
         idle connection, a restart, a broken link): look, on a fresh connection, at
         what it did.
@@ -209,49 +213,24 @@ class PostgresBackend(Backend):
         First the backend that ran it is ended and gone (the server may not have
         noticed the broken link: a statement waiting for the row lock would commit
         later); if that cannot be made sure of, the outcome is unknown
-        (``committed=None``). Then: applied (its state is the next version, its
-        messages are there): it committed, and the call succeeds. Not applied and
-        nothing moved: ConnectionLost with ``committed=False`` (never replayed: the
-        caller decides). Anything else: another write came first, and the locked
-        path reports it (StaleStateError).
+        (``committed=None``). Then see :func:`~.lost_writes.after_a_lost_write`: its own
+        state row (by ``write_id``) there: it committed, and the call succeeds; else
+        ConnectionLost with ``committed=False`` when nothing moved, None when it cannot
+        be told, or the locked path's precise error.
         """
         expected = write.expected
         assert expected is not None
-        unknown = ConnectionLost(
-            "the connection was lost while the write ran, and what it did cannot be told: "
-            "it may have been applied; re-read the thread before writing again",
-            committed=None,
-        )
-        values = {
-            "b_thread": write.thread_id,
-            "b_expected": expected,
-            "b_state": write.state,
-            "b_ids": [m["message_id"] for m in write.messages],
-        }
+        values = {"b_thread": write.thread_id, "b_expected": expected, "b_write_id": write_id}
         try:
-            if not server or not await self._ended(server[0]):
-                raise self.lost(unknown)  # the server may still run it, and commit it later
-            seen = await self._hot(self._verify.sql, self._verify.args(values), idempotent=True)
+            ended = bool(server) and await self._ended(server[0])
+            seen = None
+            if ended:
+                seen = await self._hot(self._verify.sql, self._verify.args(values), idempotent=True)
         except Exception as exc:  # the look itself failed: the outcome is unknown
-            if exc is unknown:
-                raise
-            raise self.lost(unknown) from exc
-        if seen is None:
-            return None  # the thread is gone
-        version, incarnation, owner, applied = seen
-        if applied:  # it committed (later writes may have followed it)
-            telemetry.connection_lost(log, self.name, True)
-            return Head(expected + 1, incarnation, owner, None)
-        life_unchanged = write.incarnation is None or incarnation == write.incarnation
-        if version == expected and life_unchanged:  # never replayed: the caller decides
-            raise self.lost(
-                ConnectionLost(
-                    "the connection was lost while the write ran; it was not applied: "
-                    "nothing was written",
-                    committed=False,
-                )
-            )
-        return None
+            raise self.lost(unknown_outcome()) from exc
+        if not ended:  # the server may still run it, and commit it later
+            raise self.lost(unknown_outcome())
+        return after_a_lost_write(self, write, seen)
 
     async def _ended(self, pid: int) -> bool:
         """End a server backend and make sure it is gone (PostgreSQL 14+ waits for it)."""

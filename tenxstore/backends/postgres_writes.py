@@ -11,11 +11,11 @@ from typing import Any
 
 from sqlalchemy import (
     CTE,
+    BigInteger,
     Insert,
     Integer,
     Table,
     Text,
-    and_,
     bindparam,
     delete,
     func,
@@ -32,7 +32,7 @@ from sqlalchemy.sql.elements import BindParameter
 from ..models import Tables
 from .driver import DriverStatement
 
-__all__ = ["hot_writes"]
+__all__ = ["did_it_apply", "hot_writes"]
 
 
 def _one_step_write(tables: Tables, scoped: bool, expected: bool, incarnation: bool) -> Select[Any]:
@@ -51,13 +51,14 @@ def _one_step_write(tables: Tables, scoped: bool, expected: bool, incarnation: b
     now: BindParameter[Any] = bindparam("b_now", type_=t.c.updated_at.type)
     cas = _matched_thread(t, thread, now, scoped, expected, incarnation)
     new_state = insert(s).from_select(
-        ["thread_id", "version", "state_data", "meta", "created_at"],
+        ["thread_id", "version", "state_data", "meta", "created_at", "write_id"],
         select(
             thread,
             cas.c.version,
             bindparam("b_state", type_=Text()),
             bindparam("b_meta", type_=Text()),
             now,
+            bindparam("b_write_id", type_=BigInteger()),
         ),
     )
     new_messages = _new_messages(m, cas, thread, now)
@@ -123,29 +124,25 @@ def _new_messages(
     )
 
 
-def _did_it_apply(tables: Tables) -> Select[Any]:
+def did_it_apply(tables: Tables) -> Select[Any]:
     """Whether a state write that lost its connection committed: the thread's head, and
-    whether the next version after the one it expected holds its state and every
-    message it wrote is stored."""
-    t, s, m = tables.threads, tables.states, tables.messages
+    whether the version after the one it expected is the state row holding the
+    write's own ``write_id`` (another writer's next version holds another)."""
+    t, s = tables.threads, tables.states
     thread: BindParameter[Any] = bindparam("b_thread", type_=t.c.thread_id.type)
-    expected = bindparam("b_expected", type_=Integer())
-    ids = bindparam("b_ids", type_=ARRAY(Text()))
+    expected = bindparam("b_expected", type_=BigInteger())
     state_there = (
         select(s.c.version)
         .where(
             s.c.thread_id == thread,
             s.c.version == expected + 1,
-            s.c.state_data == bindparam("b_state", type_=Text()),
+            s.c.write_id == bindparam("b_write_id", type_=BigInteger()),
         )
         .exists()
     )
-    messages_there = select(func.count()).where(
-        m.c.thread_id == thread, m.c.message_id == func.any(ids)
-    ).scalar_subquery() == func.cardinality(ids)
-    return select(
-        t.c.version, t.c.incarnation, t.c.user_id, and_(state_there, messages_there)
-    ).where(t.c.thread_id == thread)
+    return select(t.c.version, t.c.incarnation, t.c.user_id, state_there).where(
+        t.c.thread_id == thread
+    )
 
 
 _HotWrites = tuple[dict[tuple[bool, ...], DriverStatement], DriverStatement]
@@ -167,7 +164,7 @@ def hot_writes(tables: Tables, dialect: Any) -> _HotWrites:
                 flags: DriverStatement(_one_step_write(tables, *flags), dialect)
                 for flags in itertools.product((False, True), repeat=3)
             }
-            found = (writes, DriverStatement(_did_it_apply(tables), dialect))
+            found = (writes, DriverStatement(did_it_apply(tables), dialect))
             _HOT_WRITES[key] = found
             if len(_HOT_WRITES) > _REMEMBERED:
                 _HOT_WRITES.popitem(last=False)
