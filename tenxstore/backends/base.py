@@ -36,7 +36,7 @@ from ..models import Tables
 from ..types import ReadSource
 from ..validate import masked_url
 from .codes import OPENING_ERRORS
-from .connections import EngineSet, give_back, reset_or_discard
+from .connections import ASYNCPG, DriverOps, EngineSet, give_back, reset_or_discard
 from .driver import DriverStatement
 from .failures import Failures
 from .memory_sql import KeywordSearch
@@ -95,6 +95,8 @@ class Backend(Failures, ABC):
     vector_extension: ClassVar[bool] = False
     """Whether the database may hold pgvector's index of the memories' vectors
     (:mod:`tenxstore.backends.pgvector`); elsewhere search by meaning is exact."""
+    driver_ops: ClassVar[DriverOps] = ASYNCPG
+    """How the connections borrowed for hot statements are told apart and readied."""
 
     def __init__(
         self,
@@ -115,10 +117,10 @@ class Backend(Failures, ABC):
         # backend created gets a twin for a loop that runs beside the first one, and
         # each is disposed of when its loop shuts down (tenxstore.loops).
         self._engines = PerLoop(
-            EngineSet(engine, self.read_options()),
+            EngineSet(engine, self.read_options(), self.driver_ops),
             make=None
             if make_engine is None
-            else lambda: EngineSet(make_engine(), self.read_options()),
+            else lambda: EngineSet(make_engine(), self.read_options(), self.driver_ops),
             close=self._close_set,
             reset=self._reset if owns_engine and self.pool_per_loop else None,
             foreign=None if owns_engine else self._foreign,

@@ -20,9 +20,43 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.util import greenlet_spawn
 
-__all__ = ["Borrowed", "EngineSet", "give_back", "on_every_connection", "reset_or_discard"]
+__all__ = [
+    "ASYNCPG",
+    "Borrowed",
+    "DriverOps",
+    "EngineSet",
+    "give_back",
+    "on_every_connection",
+    "reset_or_discard",
+]
 
 log = logging.getLogger(__name__)
+
+
+class DriverOps:
+    """What :class:`Borrowed` asks of a driver connection (asyncpg's, this default)."""
+
+    def closed(self, driver: Any) -> bool:
+        """Whether it is closed."""
+        return bool(driver.is_closed())
+
+    def in_transaction(self, driver: Any) -> bool:
+        """Whether a transaction is open on it."""
+        return bool(driver.is_in_transaction())
+
+    async def lend(self, driver: Any) -> None:
+        """Make a connection just checked out of the pool ready for hot statements."""
+
+    async def back(self, driver: Any) -> None:
+        """Make a borrowed connection ready for the pool again (SQLAlchemy's use)."""
+
+    async def settle(self, driver: Any) -> None:
+        """After a statement cancelled mid-flight: return once it can no longer commit
+        and the connection is usable (raise if it is not)."""
+        await driver.fetchval("SELECT 1")  # asyncpg cancels it on the server meanwhile
+
+
+ASYNCPG = DriverOps()
 
 
 class Borrowed:
@@ -44,8 +78,9 @@ class Borrowed:
 
     HOLD_SECONDS = 300.0
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, ops: DriverOps = ASYNCPG) -> None:
         self.engine = engine
+        self.ops = ops
         pool = engine.sync_engine.pool
         self.capacity = pool.size() if isinstance(pool, QueuePool) else 0
         self._idle: list[tuple[Any, float]] = []
@@ -65,7 +100,7 @@ class Borrowed:
             while self._idle:
                 fairy, since = self._idle.pop()
                 driver = fairy.driver_connection
-                if driver.is_closed() or driver.is_in_transaction():
+                if self.ops.closed(driver) or self.ops.in_transaction(driver):
                     self.discard(fairy)
                 elif now - since > self.HOLD_SECONDS:
                     await self._to_pool(fairy)
@@ -104,9 +139,14 @@ class Borrowed:
         finally:
             self._waiting -= 1
         driver: Any = fairy.driver_connection
-        if driver.is_in_transaction():  # pragma: no cover - a bug
+        if self.ops.in_transaction(driver):  # pragma: no cover - a bug
             self.discard(fairy)
             raise AssertionError("a pooled connection arrived inside a transaction")
+        try:
+            await self.ops.lend(driver)
+        except BaseException:
+            self.discard(fairy)
+            raise
         return fairy, now
 
     def _wake(self) -> None:
@@ -118,8 +158,26 @@ class Borrowed:
                 return
 
     async def _to_pool(self, fairy: Any) -> None:
+        """Back to SQLAlchemy's pool, readied for it and reset — to the end even when
+        the caller is cancelled meanwhile (then the cancellation goes on): a reset
+        cancelled halfway would leave the connection mid-statement."""
         self._held -= 1
         self._wake()
+        going = asyncio.ensure_future(self._readied_to_pool(fairy))
+        cancelled: asyncio.CancelledError | None = None
+        while not going.done():
+            try:
+                await asyncio.shield(going)
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+        if cancelled is not None:
+            raise cancelled
+
+    async def _readied_to_pool(self, fairy: Any) -> None:
+        try:
+            await self.ops.back(fairy.driver_connection)
+        except Exception:  # broken: the pool must not get it back as it is
+            fairy.invalidate()
         await greenlet_spawn(fairy.close)
 
     async def give(self, fairy: Any, since: float) -> None:
@@ -164,7 +222,7 @@ class Borrowed:
         cancelled statement can no longer commit, and the connection is back.
         (Closing it at once would leave the statement running, to commit later.)"""
         try:
-            await fairy.driver_connection.fetchval("SELECT 1")
+            await self.ops.settle(fairy.driver_connection)
         except Exception:
             self.discard(fairy)
             return
@@ -217,10 +275,12 @@ class EngineSet:
 
     __slots__ = ("borrowed", "engine", "read")
 
-    def __init__(self, engine: AsyncEngine, read_options: dict[str, Any]) -> None:
+    def __init__(
+        self, engine: AsyncEngine, read_options: dict[str, Any], ops: DriverOps = ASYNCPG
+    ) -> None:
         self.engine = engine
         self.read = engine.execution_options(**read_options)
-        self.borrowed = Borrowed(engine)
+        self.borrowed = Borrowed(engine, ops)
 
 
 _SESSION_READY = "tenxstore_session_ready"
