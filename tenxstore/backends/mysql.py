@@ -51,7 +51,8 @@ from .base import Backend
 from .connections import on_every_connection
 from .driver import causes
 from .memory_sql import MysqlKeywords
-from .records import Footprint, TableSizes
+from .mysql_hotpath import MYSQL, SESSION_FACTS, MysqlHotPath, record_session
+from .records import Footprint, Head, HeadWrite, TableSizes
 
 log = logging.getLogger(__name__)
 
@@ -140,8 +141,10 @@ class MysqlBackend(Backend):
                     f"sql_mode = '{_SQL_MODE}', time_zone = '+00:00'"
                 )
                 cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                cursor.execute("SELECT @@max_allowed_packet")
-                _record.info[_PACKET] = int(cursor.fetchone()[0])
+                cursor.execute(f"SELECT @@max_allowed_packet, {SESSION_FACTS}")
+                packet, thread, booted = cursor.fetchone()
+                _record.info[_PACKET] = int(packet)
+                record_session(_record.info, thread, booted)
             finally:
                 cursor.close()
             # SQLAlchemy read the server's default (REPEATABLE READ) before this ran, and
@@ -156,19 +159,56 @@ class MysqlBackend(Backend):
         def _fits(
             conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, many: bool
         ) -> None:
-            limit = conn.info.get(_PACKET)
-            if limit is None:
-                return
             rows = parameters if many else [parameters]
             for row in rows or ():
-                size = statement_size(statement, row, limit)
-                if size > limit:
-                    log.warning("a statement of %d bytes exceeds max_allowed_packet", size)
-                    raise SerializationError(
-                        f"a value is too large for the server: the statement would be "
-                        f"~{size} bytes, over max_allowed_packet ({limit} bytes; a sealed "
-                        "value is ~4/3 its size); nothing was written"
-                    )
+                cls.refuse_oversize(conn.info, statement, row)
+
+    @staticmethod
+    def refuse_oversize(info: dict[str, Any], statement: str, parameters: Any) -> None:
+        """Raise SerializationError, before anything is sent, when ``statement`` with
+        ``parameters`` would exceed the connection's ``max_allowed_packet`` (recorded
+        in its pool record's ``info`` as it opened)."""
+        limit = info.get(_PACKET)
+        if limit is None:
+            return
+        size = statement_size(statement, parameters, limit)
+        if size > limit:
+            log.warning("a statement of %d bytes exceeds max_allowed_packet", size)
+            raise SerializationError(
+                f"a value is too large for the server: the statement would be "
+                f"~{size} bytes, over max_allowed_packet ({limit} bytes; a sealed "
+                "value is ~4/3 its size); nothing was written"
+            )
+
+    # -- the hot path: one prepared statement each (:mod:`.mysql_hotpath`) ------------
+
+    driver_ops = MYSQL
+
+    def bind(self, sql: Any) -> None:
+        super().bind(sql)
+        self._hot = MysqlHotPath(self, sql)
+
+    async def read_head(self, thread_id: Any, user_id: Any) -> Head | None:
+        """One prepared SELECT on a borrowed connection (see :mod:`.mysql_hotpath`)."""
+        return await self._hot.read_head(thread_id, user_id)
+
+    async def commit_head(self, write: HeadWrite) -> Head | None:
+        """One prepared CALL of ``tenx_commit_head`` (see :mod:`.mysql_hotpath`)."""
+        return await self._hot.commit_head(write)
+
+    def hot_error(self, code: int | None) -> Exception | None:
+        """tenxstore's error for a server error number the hot path met (the
+        procedure rolled back whatever it did), or None."""
+        if code == ER_LOCK_WAIT_TIMEOUT:
+            return self.lock_timed_out()
+        if code == ER_LOCK_DEADLOCK:
+            return self.deadlocked()
+        if code == ER_NET_PACKET_TOO_LARGE:
+            return SerializationError(
+                "a value is too large for the server: over max_allowed_packet (a sealed "
+                "value is ~4/3 its size); nothing was written"
+            )
+        return None
 
     def insert(self, table: Table) -> Any:
         return mysql_insert(table)

@@ -61,8 +61,11 @@ async def waiting_on_a_lock(admin: Any, database: str, holder: int) -> int:
         async with admin.cursor() as cursor:
             await cursor.execute(
                 "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s AND "
-                "COMMAND = 'Query' AND INFO LIKE %s AND ID NOT IN (CONNECTION_ID(), %s)",
-                (database, "%FOR UPDATE%", holder),
+                "COMMAND IN ('Query', 'Execute') AND (INFO LIKE %s OR INFO LIKE %s) "
+                "AND ID NOT IN (CONNECTION_ID(), %s)",
+                # the locked path's SELECT ... FOR UPDATE, or the one-step write's
+                # UPDATE inside tenx_commit_head
+                (database, "%FOR UPDATE%", "UPDATE threads SET version%", holder),
             )
             rows = await cursor.fetchall()
         if rows:
