@@ -16,10 +16,10 @@ Floors (asyncpg / redis-py / sqlite3 directly):
   write floor (cached write);
 * ``floor-sqlite``: the same transaction with the ``sqlite3`` module, in one
   ``asyncio.to_thread`` hop (and the read in one hop);
-* ``floor-mysql``: MariaDB/MySQL on a held asyncmy connection: the compare-and-swap
-  ``UPDATE``, the state, the messages (one multi-row ``INSERT``), the prune and
-  ``COMMIT`` — five round trips, as MySQL has no data-modifying CTE — and the read ONE
-  ``SELECT`` plus ``orjson.loads``;
+* ``floor-mysql``: MariaDB/MySQL on a held asyncmy connection in autocommit: the write
+  ONE prepared ``CALL`` of a procedure (compare-and-swap, state, messages, prune and
+  COMMIT) and the read ONE prepared ``SELECT`` plus ``orjson.loads`` (see
+  ``benchmarks/mysql_floor.py``);
 * ``reference-7``: the old baseline — BEGIN, lock, state, messages, bump, prune, COMMIT
   on asyncpg — as a reference row, not a target.
 
@@ -55,6 +55,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import orjson
+from mysql_floor import MysqlFloor, mysql_database, mysql_throughput
 from redis.asyncio import Redis
 from workload import (
     MYSQL_URL,
@@ -309,103 +310,6 @@ class SqliteFloor:
         return await asyncio.to_thread(self._read)
 
 
-def mysql_args(url: str, database: str | None = None) -> dict[str, Any]:
-    parts = urlsplit(url.replace("mysql+asyncmy://", "mysql://"))
-    args: dict[str, Any] = {
-        "host": parts.hostname or "127.0.0.1",
-        "port": parts.port or 3306,
-        "user": parts.username or "root",
-        "password": parts.password or "",
-    }
-    if database is not None:
-        args["db"] = database
-    return args
-
-
-async def mysql_database(database: str, *, drop: bool = False) -> None:
-    import asyncmy  # type: ignore[import-untyped]
-
-    con = await asyncmy.connect(**mysql_args(MYSQL_URL), autocommit=True)
-    try:
-        async with con.cursor() as cursor:
-            verb = "DROP DATABASE IF EXISTS" if drop else "CREATE DATABASE"
-            await cursor.execute(f"{verb} `{database}`")
-    finally:
-        con.close()
-
-
-class MysqlFloor:
-    """The MySQL write as five round trips on a held asyncmy connection (implicit
-    transaction: autocommit off), and the read as one ``SELECT``."""
-
-    def __init__(self, database: str, thread: str) -> None:
-        self.database, self.thread = database, thread
-        self.version = 0
-
-    async def prepare(self) -> MysqlFloor:
-        import asyncmy
-
-        self.con = await asyncmy.connect(**mysql_args(MYSQL_URL, self.database))
-        async with self.con.cursor() as c:
-            await c.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            await c.execute(
-                "INSERT INTO threads (thread_id, user_id, version, created_at, updated_at)"
-                " VALUES (%s, %s, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
-                (self.thread, USER),
-            )
-        await self.con.commit()
-        return self
-
-    async def write(self, state: dict[str, Any], messages: list[dict[str, Any]]) -> None:
-        now = datetime.now(timezone.utc).replace(tzinfo=None)
-        payload = orjson.dumps(state).decode()
-        ids, roles, payloads = message_rows(messages)
-        version = self.version + 1
-        try:
-            async with self.con.cursor() as c:
-                done = await c.execute(
-                    "UPDATE threads SET version = version + 1, updated_at = %s"
-                    " WHERE thread_id = %s AND user_id = %s AND version = %s",
-                    (now, self.thread, USER, self.version),
-                )
-                assert done == 1, "the floor's compare-and-swap failed"
-                await c.execute(
-                    "INSERT INTO states (thread_id, version, state_data, created_at)"
-                    " VALUES (%s, %s, %s, %s)",
-                    (self.thread, version, payload, now),
-                )
-                if ids:
-                    rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(ids))
-                    values: list[Any] = []
-                    for i, r, p in zip(ids, roles, payloads, strict=True):
-                        values += [self.thread, i, r, p, now]
-                    await c.execute(
-                        "INSERT INTO messages (thread_id, message_id, role, payload, created_at)"
-                        f" VALUES {rows} ON DUPLICATE KEY UPDATE thread_id = thread_id",
-                        values,
-                    )
-                await c.execute(
-                    "DELETE FROM states WHERE thread_id = %s AND version <= %s",
-                    (self.thread, version - HISTORY),
-                )
-            await self.con.commit()
-        except BaseException:
-            await self.con.rollback()
-            raise
-        self.version = version
-
-    async def read(self) -> Any:
-        async with self.con.cursor() as c:
-            await c.execute(
-                "SELECT s.state_data FROM threads t JOIN states s ON s.thread_id = t.thread_id"
-                " AND s.version = t.version WHERE t.thread_id = %s AND t.user_id = %s",
-                (self.thread, USER),
-            )
-            row = await c.fetchone()
-        await self.con.commit()  # ends the read's snapshot, as autocommit would
-        return orjson.loads(row[0])
-
-
 def tenx_system(name: str, cp: Any, thread: str, cached: bool) -> System:
     config = {"thread_id": thread, "user_id": USER}
 
@@ -457,7 +361,7 @@ async def build(run: str, sqlite_dir: Path) -> Setup:
     base = MYSQL_URL.rsplit("/", 1)[0]
     tenx_mysql = CheckpointRepository(f"{base}/{mysql_db}", state_history_limit=HISTORY)
     await tenx_mysql.asetup()
-    mysql_floor = await MysqlFloor(mysql_db, "floor").prepare()
+    mysql_floor = await MysqlFloor(mysql_db, "floor", HISTORY).prepare()
 
     async def cached_floor_write(state: dict[str, Any], messages: list[dict[str, Any]]) -> None:
         await cached_floor_pg.write(state, messages)
@@ -812,14 +716,14 @@ def report(
             "≤ 2",
         ),
         ratio_row(
-            "MariaDB write: tenx-mysql / write floor (5 round trips)",
+            "MariaDB write: tenx-mysql / write floor (one prepared CALL)",
             runs,
             "tenx-mysql/write",
             "floor-mysql/write",
             "≤ 1.5",
         ),
         ratio_row(
-            "MariaDB read: tenx-mysql / read floor",
+            "MariaDB read: tenx-mysql / read floor (one prepared SELECT)",
             runs,
             "tenx-mysql/read",
             "floor-mysql/read",
@@ -884,16 +788,17 @@ def report(
         " tenx CPU/op (µs) |",
         "|---|---|---|---|---|---|",
     ]
-    for n, results in sorted(tp.items()):
-        floor = statistics.median(r["floor-pg"]["ops_per_s"] for r in results)
-        tenx = statistics.median(r["tenx-pg"]["ops_per_s"] for r in results)
-        ratios = [r["tenx-pg"]["ops_per_s"] / r["floor-pg"]["ops_per_s"] for r in results]
-        spread = f" ({min(ratios):.2f} to {max(ratios):.2f})" if len(ratios) > 1 else ""
-        lines.append(
-            f"| {n} | {floor:,.0f} | {tenx:,.0f} | {statistics.median(ratios):.2f}{spread} |"
-            f" {us(statistics.median(r['floor-pg']['cpu_per_op'] for r in results))} |"
-            f" {us(statistics.median(r['tenx-pg']['cpu_per_op'] for r in results))} |"
-        )
+    lines += throughput_rows(tp, "pg")
+    lines += [
+        "",
+        "MariaDB, the same conversations on asyncmy (the floor: a pool of 10 autocommit"
+        " connections, its two statements prepared on each; tenxstore: its pool of 10):",
+        "",
+        "| conversations | floor ops/s | tenx ops/s | tenx / floor | floor CPU/op (µs) |"
+        " tenx CPU/op (µs) |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += throughput_rows(tp, "mysql")
     hot = extra["hot"]
     lines += [
         "",
@@ -923,6 +828,23 @@ def report(
         "",
     ]
     return "\n".join(lines)
+
+
+def throughput_rows(tp: dict[int, list[dict[str, dict[str, float]]]], db: str) -> list[str]:
+    """The throughput table's rows of ``floor-<db>`` against ``tenx-<db>``."""
+    lines = []
+    floor_key, tenx_key = f"floor-{db}", f"tenx-{db}"
+    for n, results in sorted(tp.items()):
+        floor = statistics.median(r[floor_key]["ops_per_s"] for r in results)
+        tenx = statistics.median(r[tenx_key]["ops_per_s"] for r in results)
+        ratios = [r[tenx_key]["ops_per_s"] / r[floor_key]["ops_per_s"] for r in results]
+        spread = f" ({min(ratios):.2f} to {max(ratios):.2f})" if len(ratios) > 1 else ""
+        lines.append(
+            f"| {n} | {floor:,.0f} | {tenx:,.0f} | {statistics.median(ratios):.2f}{spread} |"
+            f" {us(statistics.median(r[floor_key]['cpu_per_op'] for r in results))} |"
+            f" {us(statistics.median(r[tenx_key]['cpu_per_op'] for r in results))} |"
+        )
+    return lines
 
 
 def _share(part: int, whole: int) -> str:
@@ -982,7 +904,9 @@ async def main() -> None:
     tp: dict[int, list[dict[str, dict[str, float]]]] = defaultdict(list)
     for i in range(args.runs):
         for n in (int(s) for s in args.tp_sizes.split(",")):
-            tp[n].append(await throughput(n, args.tp_turns, seed=11 + i))
+            found = await throughput(n, args.tp_turns, seed=11 + i)
+            found |= await mysql_throughput(n, args.tp_turns, seed=11 + i, history=HISTORY)
+            tp[n].append(found)
     wire = await on_the_wire()
     enc = encoding(5)
     text = report(runs, extra, tp, wire, enc, args)
