@@ -215,8 +215,6 @@ class PostgresBackend(Backend):
         caller decides). Anything else: another write came first, and the locked
         path reports it (StaleStateError).
         """
-        expected = write.expected
-        assert expected is not None
         unknown = ConnectionLost(
             "the connection was lost while the write ran, and what it did cannot be told: "
             "it may have been applied; re-read the thread before writing again",
@@ -224,7 +222,7 @@ class PostgresBackend(Backend):
         )
         values = {
             "b_thread": write.thread_id,
-            "b_expected": expected,
+            "b_expected": write.expected,
             "b_state": write.state,
             "b_ids": [m["message_id"] for m in write.messages],
         }
@@ -236,6 +234,12 @@ class PostgresBackend(Backend):
             if exc is unknown:
                 raise
             raise self.lost(unknown) from exc
+        return self._judged(write, seen)
+
+    def _judged(self, write: HeadWrite, seen: Any) -> Head | None:
+        """A look (``_verify``'s row) once a lost write can no longer commit, judged."""
+        expected = write.expected
+        assert expected is not None
         if seen is None:
             return None  # the thread is gone
         version, incarnation, owner, applied = seen

@@ -32,7 +32,7 @@ from sqlalchemy.sql.elements import BindParameter
 from ..models import Tables
 from .driver import DriverStatement
 
-__all__ = ["hot_writes"]
+__all__ = ["did_it_apply", "hot_writes"]
 
 
 def _one_step_write(tables: Tables, scoped: bool, expected: bool, incarnation: bool) -> Select[Any]:
@@ -123,7 +123,7 @@ def _new_messages(
     )
 
 
-def _did_it_apply(tables: Tables) -> Select[Any]:
+def did_it_apply(tables: Tables) -> Select[Any]:
     """Whether a state write that lost its connection committed: the thread's head, and
     whether the next version after the one it expected holds its state and every
     message it wrote is stored."""
@@ -167,7 +167,7 @@ def hot_writes(tables: Tables, dialect: Any) -> _HotWrites:
                 flags: DriverStatement(_one_step_write(tables, *flags), dialect)
                 for flags in itertools.product((False, True), repeat=3)
             }
-            found = (writes, DriverStatement(_did_it_apply(tables), dialect))
+            found = (writes, DriverStatement(did_it_apply(tables), dialect))
             _HOT_WRITES[key] = found
             if len(_HOT_WRITES) > _REMEMBERED:
                 _HOT_WRITES.popitem(last=False)
