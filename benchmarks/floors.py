@@ -20,12 +20,17 @@ Floors (asyncpg / redis-py / sqlite3 directly):
   ONE prepared ``CALL`` of a procedure (compare-and-swap, state, messages, prune and
   COMMIT) and the read ONE prepared ``SELECT`` plus ``orjson.loads`` (see
   ``benchmarks/mysql_floor.py``);
+* ``floor-pgbouncer``: through a transaction-pooling PgBouncer 1.18 (no prepared
+  statements in transaction mode), ONE simple Query each on a held connection: the
+  write statement and the read with values as literals, rows as binary ``COPY``;
 * ``reference-7``: the old baseline — BEGIN, lock, state, messages, bump, prune, COMMIT
   on asyncpg — as a reference row, not a target.
 
 tenxstore: ``tenx-pg`` (``CheckpointRepository``), ``tenx-pg+redis``
 (``CachedCheckpointer``), ``tenx-sqlite``, ``tenx-mysql`` (MariaDB,
-``TENXSTORE_BENCH_MYSQL_URL``; a database of its own is created beside the URL's).
+``TENXSTORE_BENCH_MYSQL_URL``; a database of its own is created beside the URL's),
+``tenx-pgbouncer`` (``pool_mode="transaction"``, through a PgBouncer started as the
+tests start theirs: the ``pgbouncer`` binary).
 
     python benchmarks/floors.py                  # writes docs/benchmarks.md and the plot
     python benchmarks/floors.py --turns 100 --runs 1 --tp-turns 10 --out /tmp/b.md
@@ -324,6 +329,143 @@ def tenx_system(name: str, cp: Any, thread: str, cached: bool) -> System:
     return System(name, read, write)
 
 
+# -- behind PgBouncer (transaction pooling) ---------------------------------------------
+
+
+def bouncer_url() -> str:
+    """PG_URL through a transaction-pooling PgBouncer started as the tests start theirs
+    (``tests.services.pgbouncer_url``; PgBouncer passes any database through)."""
+    from tests import services
+
+    port = urlsplit(services.pgbouncer_url()).port
+    parts = urlsplit(PG_URL)
+    return PG_URL.replace(parts.netloc, f"{parts.username or 'postgres'}@127.0.0.1:{port}")
+
+
+def dollar(text: str) -> str:
+    """A string literal that no character of ``text`` can end (the floor's quoting)."""
+    tag = "f" + uuid.uuid4().hex
+    assert tag not in text and "\x00" not in text
+    return f"${tag}${text}${tag}$"
+
+
+def text_array(values: list[str]) -> str:
+    return "ARRAY[" + ", ".join(dollar(v) for v in values) + "]::text[]" if values else "'{}'"
+
+
+def copy_fields(data: bytes) -> list[bytes | None]:
+    """The fields of the first row of a binary COPY (none: an empty list)."""
+    at = 19 + int.from_bytes(data[15:19], "big")  # signature, flags, header extension
+    count = int.from_bytes(data[at : at + 2], "big", signed=True)
+    at += 2
+    out: list[bytes | None] = []
+    for _ in range(max(count, 0)):
+        size = int.from_bytes(data[at : at + 4], "big", signed=True)
+        at += 4
+        out.append(None if size < 0 else data[at : at + size])
+        at += max(size, 0)
+    return out
+
+
+class BouncerFloor:
+    """The floors through PgBouncer 1.18 in transaction mode (no prepared statements):
+    ONE simple Query each, values as literals, rows as binary COPY, on a held
+    connection. The write is the session floor's one statement in autocommit — one
+    round trip, though its outcome after a lost link cannot be told (tenxstore takes
+    two: see ``tenxstore.backends.pgbouncer``)."""
+
+    def __init__(self, con: asyncpg.Connection, schema: str, thread: str) -> None:
+        self.con, self.schema, self.thread = con, schema, thread
+        self.version = 0
+
+    async def prepare(self) -> BouncerFloor:
+        await new_thread(self.con, self.schema, self.thread)
+        return self
+
+    async def _copy(self, sql: str) -> list[bytes | None]:
+        data: list[bytes] = []
+
+        async def sink(chunk: bytes) -> None:
+            data.append(chunk)
+
+        await self.con.copy_from_query(sql, output=sink, format="binary")
+        return copy_fields(b"".join(data))
+
+    async def write(self, state: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+        now = f"'{datetime.now(timezone.utc).isoformat()}'::timestamptz"
+        ids, roles, payloads = message_rows(messages)
+        s = q(self.schema)
+        thread = dollar(self.thread)
+        sql = f"""
+WITH cas AS (
+  UPDATE {s}.threads SET version = version + 1, updated_at = {now}
+  WHERE thread_id = {thread} AND user_id = {dollar(USER)} AND version = {self.version}
+  RETURNING version),
+new_state AS (
+  INSERT INTO {s}.states (thread_id, version, state_data, created_at)
+  SELECT {thread}, version, {dollar(orjson.dumps(state).decode())}, {now} FROM cas),
+new_messages AS (
+  INSERT INTO {s}.messages (thread_id, message_id, role, payload, created_at)
+  SELECT {thread}, b.id, b.role, b.payload, {now}
+  FROM cas, unnest({text_array(ids)}::text[], {text_array(roles)}::text[],
+    {text_array(payloads)}::text[]) WITH ORDINALITY AS b(id, role, payload, o)
+  ORDER BY b.o ON CONFLICT DO NOTHING),
+pruned AS (
+  DELETE FROM {s}.states WHERE thread_id = {thread}
+  AND version <= (SELECT version FROM cas) - {HISTORY})
+SELECT version FROM cas"""
+        (version,) = await self._copy(sql)
+        assert version is not None, "the floor's compare-and-swap failed"
+        self.version = int.from_bytes(version, "big", signed=True)
+
+    async def read(self) -> Any:
+        s = q(self.schema)
+        (state,) = await self._copy(
+            f"SELECT s.state_data FROM {s}.threads t JOIN {s}.states s "
+            "ON s.thread_id = t.thread_id AND s.version = t.version "
+            f"WHERE t.thread_id = {dollar(self.thread)} AND t.user_id = {dollar(USER)}"
+        )
+        assert state is not None
+        return orjson.loads(state)
+
+
+async def bouncer_leg(schema: str) -> tuple[list[System], list[Callable[[], Awaitable[Any]]]]:
+    """``floor-pgbouncer`` and ``tenx-pgbouncer`` (``pool_mode="transaction"``) on the
+    run's schema, through one PgBouncer; and their closers."""
+    url = bouncer_url()
+    con = await asyncpg.connect(url, statement_cache_size=0)
+    floor = await BouncerFloor(con, schema, "floor-bouncer").prepare()
+    tenx = CheckpointRepository(
+        url, schema=schema, state_history_limit=HISTORY, pool_mode="transaction"
+    )
+    await tenx.asetup()
+    systems = [
+        System("floor-pgbouncer", floor.read, floor.write),
+        tenx_system("tenx-pgbouncer", tenx, "tenx-bouncer", cached=False),
+    ]
+    return systems, [tenx.aclose, con.close]
+
+
+def bouncer_rows(runs: list[Samples]) -> list[str]:
+    """The summary table's PgBouncer rows."""
+    return [
+        ratio_row(
+            "PgBouncer write: tenx-pgbouncer / write floor (1 round trip; tenxstore takes 2)",
+            runs,
+            "tenx-pgbouncer/write",
+            "floor-pgbouncer/write",
+            "≤ 2",
+        ),
+        ratio_row(
+            "PgBouncer read: tenx-pgbouncer / read floor (1 round trip)",
+            runs,
+            "tenx-pgbouncer/read",
+            "floor-pgbouncer/read",
+            "≤ 1.5",
+        ),
+    ]
+
+
 # -- the sequential run ----------------------------------------------------------------
 
 
@@ -378,6 +520,8 @@ async def build(run: str, sqlite_dir: Path) -> Setup:
         System("floor-mysql", mysql_floor.read, mysql_floor.write),
         tenx_system("tenx-mysql", tenx_mysql, "tenx", cached=False),
     ]
+    bouncer_systems, bouncer_closers = await bouncer_leg(schema)
+    systems += bouncer_systems
 
     async def close_mysql() -> None:
         mysql_floor.con.close()
@@ -390,6 +534,7 @@ async def build(run: str, sqlite_dir: Path) -> Setup:
         await redis.aclose()
 
     closers: list[Callable[[], Awaitable[Any]]] = [
+        *bouncer_closers,
         tenx.aclose,
         cached.aclose,
         tenx_sqlite.aclose,
@@ -729,6 +874,7 @@ def report(
             "floor-mysql/read",
             "≤ 1.5",
         ),
+        *bouncer_rows(runs),
         ratio_row(
             "reference: 7 statements in a transaction / write floor",
             runs,
