@@ -193,6 +193,7 @@ async def mysql_throughput(
             if state is None:
                 await floor.read()
             else:
+                floor.version = versions[c]  # another connection may have written it since
                 await floor.write(state, messages)
                 versions[c] = floor.version
 

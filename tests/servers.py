@@ -86,7 +86,9 @@ class TcpProxy:
     restarted proxy); ``restore()`` lets them through again. ``drop`` is asked with
     each chunk a client sends: when it says so the connection is closed instead of
     forwarding it (a server that dies mid-conversation); ``parser`` makes such a hook
-    per connection, for one that keeps state (a protocol parser).
+    per connection, for one that keeps state (a protocol parser). ``drop_reply`` is
+    asked the same of each chunk the server sends back (an answer lost on its way:
+    the server did the work, the client never hears of it).
     """
 
     def __init__(
@@ -94,10 +96,12 @@ class TcpProxy:
         target_port: int,
         drop: Callable[[bytes], bool] | None = None,
         parser: Callable[[], Callable[[bytes], bool]] | None = None,
+        drop_reply: Callable[[bytes], bool] | None = None,
     ) -> None:
         self.target_port = target_port
         self.drop = drop
         self.parser = parser  # makes a ``drop`` per connection (a stateful parser)
+        self.drop_reply = drop_reply
         self.port = 0
         self.open = True
         self._server: asyncio.base_events.Server | None = None
@@ -124,7 +128,7 @@ class TcpProxy:
             asyncio.ensure_future(
                 self._pipe(reader, up_writer, self.parser() if self.parser else self.drop, pair)
             ),
-            asyncio.ensure_future(self._pipe(up_reader, writer, None, pair)),
+            asyncio.ensure_future(self._pipe(up_reader, writer, self.drop_reply, pair)),
         ):
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)

@@ -22,8 +22,10 @@ from tenxstore import (
     ConnectionLost,
     DatabaseUnavailable,
     LockTimeout,
+    StaleStateError,
     StatementCancelled,
 )
+from tenxstore.serde import encode_state
 from tests.conftest import backend_for, cfg
 from tests.servers import TcpProxy, free_port
 
@@ -721,3 +723,59 @@ async def test_a_connection_in_use_when_another_is_found_dead_is_closed_after_al
         await repo.aclose()
     assert await closed(admin, name) == []  # every connection it opened was closed
     gc.collect()  # none was left to the garbage collector
+
+
+async def test_a_lost_write_is_judged_by_its_own_mark_not_by_an_equal_state(
+    pg_url: str, pg_schema: str, admin: Any
+) -> None:
+    """Another writer commits the very state this write sends, as the next version; the
+    write's compare-and-swap then matches nothing, and its answer is lost on the way
+    back. The look must not take the other writer's row for its own (an equal state
+    text passed for it once): the write did not commit, and the caller hears that the
+    thread moved on (StaleStateError), not that its write landed."""
+    armed = {"write": False, "reply": False}
+
+    def request(chunk: bytes) -> bool:
+        if armed["write"] and chunk[:1] == b"B":  # the prepared write's Bind/Execute/Sync
+            armed["write"], armed["reply"] = False, True
+        return False
+
+    def reply(chunk: bytes) -> bool:
+        if armed["reply"]:
+            armed["reply"] = False
+            return True  # the server answered; the client never hears it
+        return False
+
+    link = await TcpProxy(urlsplit(pg_url).port or 5432, drop=request, drop_reply=reply).start()
+    repo = CheckpointRepository(
+        f"postgresql://postgres@127.0.0.1:{link.port}{urlsplit(pg_url).path}", schema=pg_schema
+    )
+    try:
+        await repo.asetup()
+        config = cfg("t", "u")
+        await repo.aput_state(config, {"n": 1})
+        await repo.aget_state(config)  # the read statement prepared too: only writes Bind next
+        same = encode_state({"n": 2})
+        async with admin.transaction():  # the other writer: version 2, this very state
+            await admin.execute(
+                f'UPDATE "{pg_schema}".threads SET version = 2 WHERE thread_id = $1', "t"
+            )
+            await admin.execute(
+                f'INSERT INTO "{pg_schema}".states (thread_id, version, state_data, created_at)'
+                " VALUES ($1, 2, $2, now())",
+                "t",
+                same,
+            )
+        armed["write"] = True
+        with pytest.raises(StaleStateError):
+            await repo.aput_state(config, {"n": 2})
+        assert not armed["write"] and not armed["reply"], "the answer was never cut"
+        assert (
+            await admin.fetchval(
+                f'SELECT count(*) FROM "{pg_schema}".states WHERE thread_id = $1', "t"
+            )
+            == 2
+        )  # versions 1 and the other writer's 2: nothing of this write
+    finally:
+        await repo.aclose()
+        await link.close()
