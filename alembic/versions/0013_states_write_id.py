@@ -12,8 +12,9 @@ owner, and incarnation) under its row lock, the state, the new messages (a JSON 
 of ``[message_id, role, payload]``, inserted in order, one already stored kept) and the
 prune, committed together — or, when the thread does not match, nothing written and
 no row returned. Any error rolls the whole of it back and is raised as is. Its
-parameters take the types and collations of the columns they are compared with or
-stored in (as the tables were made: ``id_type`` and ``user_id_type``), it runs with
+parameters and ``JSON_TABLE``'s columns take the types, character sets and collations
+of the columns they are compared with or stored in (a routine's text would otherwise
+take the database's default character set) (as the tables were made: ``id_type`` and ``user_id_type``), it runs with
 the caller's privileges (``SQL SECURITY INVOKER``) and with the strict ``sql_mode``
 tenxstore's sessions run (a routine keeps the mode it was created under). Creating it
 needs the ``CREATE ROUTINE`` privilege; calling it ``EXECUTE``.
@@ -70,9 +71,9 @@ BEGIN
             SELECT p_thread, batch.message_id, batch.role, batch.payload, p_now
             FROM JSON_TABLE(p_messages, '$[*]' COLUMNS (
                 ord FOR ORDINALITY,
-                message_id LONGTEXT PATH '$[0]' ERROR ON ERROR,
-                role LONGTEXT PATH '$[1]',
-                payload LONGTEXT PATH '$[2]' ERROR ON ERROR)) AS batch
+                message_id {message_id} PATH '$[0]' ERROR ON ERROR,
+                role {role} PATH '$[1]' ERROR ON ERROR,
+                payload {payload} PATH '$[2]' ERROR ON ERROR)) AS batch
             ORDER BY batch.ord
             ON DUPLICATE KEY UPDATE thread_id = messages.thread_id;
         DELETE FROM states WHERE thread_id = p_thread AND version <= p_expected + 1 - p_limit;
@@ -122,6 +123,11 @@ def upgrade() -> None:
             bind, "threads", "user_id", _offline_id(attributes.get("user_id_type", "string"))
         ),
         "state": _column_type(bind, "states", "state_data", "LONGTEXT"),
+        # JSON_TABLE's columns as the columns they fill: untyped, a routine's text
+        # takes the database's default character set (latin1 loses what it cannot hold)
+        "message_id": _column_type(bind, "messages", "message_id", "VARCHAR(255)"),
+        "role": _column_type(bind, "messages", "role", "LONGTEXT"),
+        "payload": _column_type(bind, "messages", "payload", "LONGTEXT"),
     }
     if _has_procedure(bind):  # an earlier run's, resumed (IF EXISTS would warn)
         op.execute("DROP PROCEDURE tenx_commit_head")

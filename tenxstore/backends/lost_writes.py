@@ -10,8 +10,10 @@ row holding that ``write_id`` — and :func:`after_a_lost_write` says what that 
 
 from __future__ import annotations
 
+import asyncio
 import secrets
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import telemetry
 from ..errors import ConnectionLost
@@ -21,7 +23,9 @@ from .records import Head, HeadWrite
 if TYPE_CHECKING:
     from .failures import Failures
 
-__all__ = ["after_a_lost_write", "new_write_id", "unknown_outcome"]
+__all__ = ["after_a_lost_write", "new_write_id", "to_the_end", "unknown_outcome"]
+
+_T = TypeVar("_T")
 
 
 def new_write_id() -> int:
@@ -71,3 +75,24 @@ def after_a_lost_write(failures: Failures, write: HeadWrite, seen: Any) -> Head 
     if same_life and version - write.history_limit >= expected + 1:
         raise failures.lost(unknown_outcome())  # its row may have been pruned since
     return None
+
+
+async def to_the_end(work: Awaitable[_T]) -> _T:
+    """``work`` run to its end even when the caller is cancelled meanwhile; the
+    cancellation is raised once it has ended. What makes sure a write cannot commit
+    after its call has ended (ending its server session, looking at what it did, a
+    ROLLBACK) must not itself be cut short by the caller's cancellation."""
+    task = asyncio.ensure_future(work)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+        except Exception:
+            break  # its own error: raised below
+    if cancelled is not None:
+        if not task.cancelled():
+            task.exception()  # retrieved: the cancellation is what the caller gets
+        raise cancelled
+    return task.result()

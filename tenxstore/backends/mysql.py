@@ -52,6 +52,7 @@ from .connections import on_every_connection
 from .driver import causes
 from .memory_sql import MysqlKeywords
 from .mysql_hotpath import MYSQL, SESSION_FACTS, MysqlHotPath, record_session
+from .mysql_hotpath import PACKET as _PACKET
 from .records import Footprint, Head, HeadWrite, TableSizes
 
 log = logging.getLogger(__name__)
@@ -142,9 +143,9 @@ class MysqlBackend(Backend):
                 )
                 cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
                 cursor.execute(f"SELECT @@max_allowed_packet, {SESSION_FACTS}")
-                packet, thread, booted = cursor.fetchone()
+                packet, thread, server, booted = cursor.fetchone()
                 _record.info[_PACKET] = int(packet)
-                record_session(_record.info, thread, booted)
+                record_session(_record.info, thread, server, booted)
             finally:
                 cursor.close()
             # SQLAlchemy read the server's default (REPEATABLE READ) before this ran, and
@@ -348,7 +349,6 @@ class MysqlBackend(Backend):
                 await conn.commit()
 
 
-_PACKET = "tenxstore_max_allowed_packet"
 #: What the driver escapes in a literal (one more byte each).
 _ESCAPED = (b"\\", b"'", b'"', b"\0", b"\n", b"\r", b"\x1a")
 

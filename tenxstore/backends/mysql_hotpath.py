@@ -36,7 +36,7 @@ import orjson
 from ..errors import ConnectionLost
 from .connections import Borrowed, DriverOps
 from .driver import DriverStatement
-from .lost_writes import after_a_lost_write, new_write_id, unknown_outcome
+from .lost_writes import after_a_lost_write, new_write_id, to_the_end, unknown_outcome
 from .records import Head, HeadWrite
 
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ END_WAIT_S = 5.0
 _PREPARED = "_tenxstore_prepared"
 _BOOTED = "tenxstore_booted"  # the server's start (epoch seconds) seen by a connection
 _THREAD = "tenxstore_thread"
+_SERVER = "tenxstore_server"  # the server as it names itself (a proxy may reach others)
 
 
 class MysqlDriverOps(DriverOps):
@@ -164,11 +165,9 @@ class MysqlHotPath:
             fairy, since = taken
             driver = fairy.driver_connection
             if write is not None:
-                try:
-                    backend.refuse_oversize(fairy.info, _COMMIT_HEAD, args)
-                except BaseException:
+                if _over_packet(fairy.info, args):
                     await borrowed.give(fairy, since)
-                    raise
+                    return None  # the locked path sends it (or refuses it) as it always did
                 # A write is never sent twice: let the loop take in what the server said
                 # meanwhile (a restart, a killed session) before it is sent at all.
                 await _yield_or_give_back(borrowed, fairy, since)
@@ -180,7 +179,7 @@ class MysqlHotPath:
                 session = _session(fairy)
                 borrowed.discard(fairy)
                 if write is not None:  # it must not commit after the call has ended
-                    await _uninterrupted(self._ended(session))
+                    await to_the_end(self._ended(session))
                 raise
             except Exception as exc:
                 found = await self._failed(exc, borrowed, fairy, since, attempt, write, args)
@@ -231,7 +230,8 @@ class MysqlHotPath:
                 if await backend.retry.again(attempt, log, backend.name, "a connection broke"):
                     return _AGAIN
                 raise backend.lost(ConnectionLost("the connection was lost")) from exc
-            return await self._after_a_lost_write(session, write, args, exc)
+            # ended and looked into even if the caller is cancelled meanwhile
+            return await to_the_end(self._after_a_lost_write(session, write, args, exc))
         code = _server_code(exc)
         if write is not None and code == _NO_SUCH_PROCEDURE:
             await borrowed.give(fairy, since)
@@ -243,17 +243,7 @@ class MysqlHotPath:
             )
             return None
         if write is not None and code in _CANCELLED:
-            try:  # the procedure may have committed just before: look, on this connection
-                async with driver.cursor() as cursor:
-                    await cursor.execute(self._look_sql, self._look_args(write, args))
-                    seen = await cursor.fetchone()
-            except Exception:
-                borrowed.discard(fairy)
-                raise backend.lost(unknown_outcome()) from exc
-            await borrowed.give(fairy, since)
-            if seen is not None and seen[3]:
-                return [(write.expected + 1, seen[1], seen[2])]  # type: ignore[operator]
-            raise backend.cancelled(committing=False) from exc
+            return await to_the_end(self._after_a_kill(borrowed, fairy, since, write, args, exc))
         await borrowed.give(fairy, since)  # the server's own error: the procedure rolled back
         error = backend.hot_error(code)
         if error is not None:
@@ -262,8 +252,37 @@ class MysqlHotPath:
             return None  # the locked path raises it as SQLAlchemy reports it
         raise exc
 
+    async def _after_a_kill(
+        self,
+        borrowed: Borrowed,
+        fairy: Any,
+        since: float,
+        write: HeadWrite,
+        args: tuple[Any, ...],
+        exc: Exception,
+    ) -> Any:
+        """The server interrupted the CALL (``KILL QUERY``, a statement timeout): it may
+        have committed just before, so look, on its own connection (which the server
+        kept); its rows when it did, else StatementCancelled (nothing written)."""
+        backend = self.backend
+        try:
+            async with fairy.driver_connection.cursor() as cursor:
+                await cursor.execute(self._look_sql, self._look_args(write, args))
+                seen = await cursor.fetchone()
+        except Exception as failed:
+            borrowed.discard(fairy)
+            raise backend.lost(unknown_outcome()) from failed
+        await borrowed.give(fairy, since)
+        if seen is not None and seen[3]:
+            return [(write.expected + 1, seen[1], seen[2])]  # type: ignore[operator]
+        raise backend.cancelled(committing=False) from exc
+
     async def _after_a_lost_write(
-        self, session: tuple[Any, Any], write: HeadWrite, args: tuple[Any, ...], exc: Exception
+        self,
+        session: tuple[Any, Any, Any],
+        write: HeadWrite,
+        args: tuple[Any, ...],
+        exc: Exception,
     ) -> Any:
         """Rows as the write's own, when it committed; else raises (see the module)."""
         try:
@@ -288,19 +307,23 @@ class MysqlHotPath:
                 await conn.exec_driver_sql(self._look_sql, self._look_args(write, args))
             ).first()
 
-    async def _ended(self, session: tuple[Any, Any]) -> bool:
-        """End a server session (its number, and when the server had started, as its
-        connection saw them) and make sure it is gone, waiting up to
-        :data:`END_WAIT_S`; False when that cannot be made sure of. A server restarted
-        since has ended it already (and a session of the same number there now is
-        another's: it is not killed)."""
-        thread, booted = session
+    async def _ended(self, session: tuple[Any, Any, Any]) -> bool:
+        """End a server session (its number, the server's name for itself and when it
+        started, as its connection saw them) and make sure it is gone, waiting up to
+        :data:`END_WAIT_S`; False when that cannot be made sure of — among them, when
+        the fresh connection reached another server (a proxy in front of several, a
+        cluster): there the number is another's. A server restarted since has ended
+        it already (and a session of the same number there now is another's: it is
+        not killed)."""
+        thread, server, booted = session
         if thread is None or booted is None:
             return False
         try:
             async with self.backend.connect() as conn:
-                now_booted: Any = (await conn.exec_driver_sql(_BOOT_QUERY)).scalar()
-                if abs(float(now_booted) - float(booted)) > 2:
+                here: Any = (await conn.exec_driver_sql(f"SELECT {_SERVER_FACTS}")).one()
+                if here[0] != server:
+                    return False  # another server answers: the session cannot be reached
+                if abs(float(here[1]) - float(booted)) > 2:
                     return True  # restarted: whatever ran there is over
                 with contextlib.suppress(Exception):  # already gone: 1094
                     await conn.exec_driver_sql(f"KILL CONNECTION {int(thread)}")
@@ -310,12 +333,30 @@ class MysqlHotPath:
             return False
 
 
-def _session(fairy: Any) -> tuple[Any, Any]:
-    """The server session of a pooled connection: its number, and the server's start."""
+def _session(fairy: Any) -> tuple[Any, Any, Any]:
+    """The server session of a pooled connection: its number, the server's name for
+    itself, and the server's start."""
     info = fairy.info
-    return info.get(_THREAD), info.get(_BOOTED)
+    return info.get(_THREAD), info.get(_SERVER), info.get(_BOOTED)
 
 
+def _over_packet(info: dict[str, Any], args: tuple[Any, ...]) -> bool:
+    """Whether the CALL's values would exceed the connection's ``max_allowed_packet``
+    (recorded in ``info`` as it opened). The binary protocol sends each text as its
+    UTF-8 bytes, unescaped: measured only when it could come near the limit."""
+    limit: int | None = info.get(PACKET)
+    if limit is None:
+        return False
+    texts = [a for a in args if isinstance(a, str)]
+    if 4 * sum(len(t) for t in texts) + _CALL_BYTES < limit:
+        return False
+    size = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts) + _CALL_BYTES
+    return size > limit
+
+
+_CALL_BYTES = 1024  # the CALL's other values, types and headers: well under this
+PACKET = "tenxstore_max_allowed_packet"
+"""Where a connection's ``max_allowed_packet`` is recorded (its pool record's ``info``)."""
 _AGAIN = object()
 #: asyncmy's CR_SERVER_GONE_ERROR: raised only as it found the connection closed when it
 #: was to send (nothing was sent). One lost mid-statement is 2013.
@@ -353,15 +394,6 @@ async def _yield_or_give_back(borrowed: Borrowed, fairy: Any, since: float) -> N
         raise
 
 
-async def _uninterrupted(call: Any) -> Any:
-    """Await ``call`` to its end however often the caller is cancelled meanwhile."""
-    task = asyncio.ensure_future(call)
-    while not task.done():
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(task)
-    return task.result()
-
-
 async def _prepared(driver: Any, sql: str) -> Any:
     """``sql`` prepared on this connection (once: kept on it)."""
     cache: dict[str, Any] | None = getattr(driver, _PREPARED, None)
@@ -380,11 +412,13 @@ def _qmarks(statement: DriverStatement) -> str:
     return statement.sql.replace("%s", "?")
 
 
-SESSION_FACTS = f"CONNECTION_ID(), ({_BOOT_QUERY})"
+#: The server as it names itself, and when it started.
+_SERVER_FACTS = f"CONCAT(@@server_id, '/', @@hostname, ':', @@port), ({_BOOT_QUERY})"
+SESSION_FACTS = f"CONNECTION_ID(), {_SERVER_FACTS}"
 """What a connection records as it opens (:func:`record_session`): its session's
 number and when the server started, which :meth:`MysqlHotPath._ended` needs."""
 
 
-def record_session(info: dict[str, Any], thread: Any, booted: Any) -> None:
+def record_session(info: dict[str, Any], thread: Any, server: Any, booted: Any) -> None:
     """Keep a new connection's :data:`SESSION_FACTS` in its pool record's ``info``."""
-    info[_THREAD], info[_BOOTED] = int(thread), float(booted)
+    info[_THREAD], info[_SERVER], info[_BOOTED] = int(thread), server, float(booted)

@@ -55,7 +55,7 @@ from ..errors import ConnectionLost
 from .asyncpg_driver import asyncpg_error, lost_error, unsent_error
 from .base import timeout_ms
 from .connections import Borrowed
-from .lost_writes import after_a_lost_write, new_write_id, unknown_outcome
+from .lost_writes import after_a_lost_write, new_write_id, to_the_end, unknown_outcome
 from .postgres import PostgresBackend
 from .records import Head, HeadWrite
 from .simple_query import LiteralStatement, copy_rows, decoders
@@ -97,25 +97,6 @@ def _collect(into: list[bytes]) -> Callable[[bytes], Awaitable[None]]:
         into.append(bytes(chunk))
 
     return sink
-
-
-async def _to_the_end(work: Awaitable[_T]) -> _T:
-    """``work`` run to its end even when the caller is cancelled meanwhile; the
-    cancellation is raised once it has ended."""
-    task = asyncio.ensure_future(work)
-    cancelled: asyncio.CancelledError | None = None
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError as exc:
-            cancelled = exc
-        except Exception:
-            break  # its own error: raised below
-    if cancelled is not None:
-        if not task.cancelled():
-            task.exception()  # retrieved: the cancellation is what the caller gets
-        raise cancelled
-    return task.result()
 
 
 def _write_values(write: HeadWrite, write_id: int) -> dict[str, Any]:
@@ -248,7 +229,7 @@ class PgBouncerBackend(PostgresBackend):
                     sql, output=_collect(data), format="binary"
                 )
             except asyncio.CancelledError:
-                await _to_the_end(self._settle(borrowed, taken, "SELECT 1"))
+                await to_the_end(self._settle(borrowed, taken, "SELECT 1"))
                 raise
             except Exception as exc:
                 await self._after_failure(exc, borrowed, taken, attempt, True)
@@ -285,12 +266,12 @@ class PgBouncerBackend(PostgresBackend):
                 self._sent(literal.statement.sql)
                 await driver._copy_out(query, _collect(data), None)
             except asyncio.CancelledError:  # rolled back before the call ends
-                await _to_the_end(self._settle(borrowed, taken, "ROLLBACK"))
+                await to_the_end(self._settle(borrowed, taken, "ROLLBACK"))
                 raise
             except Exception as exc:
                 await self._before_commit(exc, borrowed, taken, attempt)
                 continue
-            return await _to_the_end(self._end(write, write_id, borrowed, taken, data))
+            return await to_the_end(self._end(write, write_id, borrowed, taken, data))
         raise AssertionError("unreachable")
 
     async def _before_commit(
@@ -300,7 +281,7 @@ class PgBouncerBackend(PostgresBackend):
         Returns when it is to be sent again (it never was), else raises tenxstore's error."""
         unsent, lost = unsent_error(exc), lost_error(exc)
         if not (unsent or lost):
-            await _to_the_end(self._settle(borrowed, taken, "ROLLBACK"))
+            await to_the_end(self._settle(borrowed, taken, "ROLLBACK"))
             raise self._driver_error(exc, False, True) from exc
         borrowed.discard(taken[0])
         borrowed.after_disconnect()

@@ -51,7 +51,7 @@ from .base import Backend, timeout_ms
 from .codes import OPENING_ERRORS
 from .connections import Borrowed, on_every_connection
 from .driver import DriverStatement
-from .lost_writes import after_a_lost_write, new_write_id, unknown_outcome
+from .lost_writes import after_a_lost_write, new_write_id, to_the_end, unknown_outcome
 from .memory_sql import PostgresKeywords
 from .pgoptions import asyncpg_options
 from .postgres_catalog import database_identity, table_footprint
@@ -167,8 +167,8 @@ class PostgresBackend(Backend):
         server: list[int] = []  # the backend that ran it, to end it if the link breaks
         try:
             row = await self._hot(stmt.sql, args, idempotent=False, fresh=True, server=server)
-        except ConnectionLost:
-            return await self._after_a_lost_write(write, write_id, server)
+        except ConnectionLost:  # ended and looked into even if the caller is cancelled
+            return await to_the_end(self._after_a_lost_write(write, write_id, server))
         return None if row is None else Head(row[0], row[1], row[2], None)
 
     @property

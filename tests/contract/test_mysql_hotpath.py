@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -45,11 +45,15 @@ class Wire:
         self.armed: str | None = None  # "request" or "reply"
         self.replied_to_drop = False
         self.fired = False
+        self.when: tuple[bytes, Callable[[], Any]] | None = None  # (text, call) once
 
     def request(self, chunk: bytes) -> bool:
         kind = command(chunk)
         if kind is not None:
             self.sent.append(kind)
+        if self.when is not None and self.when[0] in chunk:
+            call, self.when = self.when[1], None
+            asyncio.get_running_loop().call_soon(call)  # as the server gets it
         if self.armed and kind == COM_STMT_EXECUTE:
             where, self.armed, self.fired = self.armed, None, True
             if where == "request":
@@ -274,3 +278,80 @@ async def test_awkward_values_round_trip_through_the_procedure(
         assert got[0]["id"] == odd.replace("\x00", "") and got[1]["role"] == odd
     finally:
         await repo.aclose()
+
+
+async def locked_and_waiting(
+    repo: CheckpointRepository, database: str, admin: Any, killer: Any
+) -> tuple[asyncio.Future[Any], int]:
+    """Thread ``t`` at version 2, its row lock held by ``admin``, and a write of it
+    waiting for that lock inside its CALL: (the write, its server session)."""
+    config = cfg("t", "u")
+    await repo.aput_state(config, {"n": 0})
+    await repo.aput_state(config, {"n": 1})
+    async with admin.cursor() as cursor:
+        await cursor.execute("BEGIN")
+        await cursor.execute("SELECT 1 FROM threads WHERE thread_id = 't' FOR UPDATE")
+    write = asyncio.ensure_future(repo.aput_state(config, {"n": "waiting"}))
+    return write, await waiting_on_a_lock(killer, database, await connection_id(admin))
+
+
+async def session_count(killer: Any, session: int) -> int:
+    async with killer.cursor() as cursor:
+        await cursor.execute(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s", (session,)
+        )
+        return int((await cursor.fetchone())[0])
+
+
+async def test_a_write_cancelled_while_its_lost_session_is_ended_never_commits_afterwards(
+    mysql_db: tuple[str, str],
+) -> None:
+    """The link breaks while the CALL waits for the lock, and the caller is cancelled
+    as tenxstore connects to end that session: the ending and the look go on to their end
+    before the cancellation does, so the lock freeing later commits nothing."""
+    async with through_proxy(mysql_db, lock_timeout=20) as (repo, link, wire):
+        admin = await admin_connection(mysql_db[1])
+        killer = await admin_connection(mysql_db[1])
+        try:
+            write, orphan = await locked_and_waiting(repo, mysql_db[1], admin, killer)
+            wire.when = (b"CONCAT(@@server_id", write.cancel)  # as the look connects
+            link.cut()
+            link.restore()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(write, 30)
+            assert wire.when is None, "the cancellation never came during the look"
+            assert await session_count(killer, orphan) == 0
+            await admin.rollback()  # the lock frees: an orphaned CALL would commit now
+            assert await version_of(killer, "t") == 2
+            assert await repo.aput_state(cfg("t", "u"), {"n": 2}) == 3
+        finally:
+            admin.close()
+            killer.close()
+
+
+async def test_a_write_cancelled_while_it_looks_into_a_kill_query_gives_its_connection_back(
+    mysql_db: tuple[str, str],
+) -> None:
+    """KILL QUERY of a waiting CALL, and the caller cancelled while the write looks (on
+    its own connection) at whether it committed: the connection still goes back, so
+    the hot path's connections (one, here) are never used up."""
+    async with through_proxy(
+        mysql_db, lock_timeout=20, engine_options={"pool_size": 1, "max_overflow": 5}
+    ) as (repo, _link, wire):
+        admin = await admin_connection(mysql_db[1])
+        killer = await admin_connection(mysql_db[1])
+        try:
+            write, victim = await locked_and_waiting(repo, mysql_db[1], admin, killer)
+            wire.when = (b"EXISTS (SELECT 1 FROM states", write.cancel)
+            async with killer.cursor() as cursor:
+                await cursor.execute(f"KILL QUERY {victim}")
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(write, 30)
+            assert wire.when is None, "the cancellation never came during the look"
+            await admin.rollback()
+            for n in (2, 3):  # the one hot connection is back, again and again
+                assert await asyncio.wait_for(repo.aput_state(cfg("t", "u"), {"n": n}), 10) == n + 1
+                assert await asyncio.wait_for(repo.aget_state(cfg("t", "u")), 10) == {"n": n}
+        finally:
+            admin.close()
+            killer.close()
