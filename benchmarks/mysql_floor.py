@@ -8,7 +8,8 @@ needs on raw asyncmy, prepared (the binary protocol), on a held connection.
   statements, or one multi-statement text query, cost more: see ``--compare`` below);
 * the read: ONE prepared ``SELECT`` of the head state, plus ``orjson.loads``;
 * the connection runs in autocommit (the procedure commits its own transaction; a read
-  needs no COMMIT).
+  needs no COMMIT) and READ COMMITTED, as tenxstore's do (REPEATABLE READ's next-key
+  locks on the prune make writers of different threads deadlock).
 
     python benchmarks/mysql_floor.py --compare   # the three write forms side by side
 """
@@ -31,11 +32,13 @@ from workload import MYSQL_URL, next_state, turn_messages
 from tenxstore import CheckpointRepository
 
 USER = "u"
+READ_COMMITTED = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
 
 #: The floor's write: what tenx_commit_head does, for one owner and no incarnation.
 FLOOR_PROCEDURE = """
 CREATE PROCEDURE floor_commit_head(
-    IN p_thread VARCHAR(255), IN p_user VARCHAR(255), IN p_expected BIGINT,
+    IN p_thread VARCHAR(255) COLLATE {collation}, IN p_user VARCHAR(255) COLLATE {collation},
+    IN p_expected BIGINT,
     IN p_state LONGTEXT, IN p_now DATETIME(6), IN p_messages LONGTEXT, IN p_limit BIGINT)
 MODIFIES SQL DATA
 BEGIN
@@ -53,7 +56,8 @@ BEGIN
                 role LONGTEXT PATH '$[1]', payload LONGTEXT PATH '$[2]')) AS b
             ORDER BY b.ord
             ON DUPLICATE KEY UPDATE thread_id = messages.thread_id;
-        DELETE FROM states WHERE thread_id = p_thread AND version <= p_expected + 1 - p_limit;
+        DELETE pruned FROM states AS pruned FORCE INDEX (uq_states_thread_id_version)
+            WHERE pruned.thread_id = p_thread AND pruned.version <= p_expected + 1 - p_limit;
         COMMIT;
         SELECT p_expected + 1;
     ELSE
@@ -114,7 +118,7 @@ class MysqlFloor:
         import asyncmy
 
         self.con = con or await asyncmy.connect(
-            **mysql_args(MYSQL_URL, self.database), autocommit=True
+            **mysql_args(MYSQL_URL, self.database), autocommit=True, init_command=READ_COMMITTED
         )
         async with self.con.cursor() as c:
             await c.execute(
@@ -122,7 +126,14 @@ class MysqlFloor:
                 "DATABASE() AND ROUTINE_NAME = 'floor_commit_head'"
             )
             if not (await c.fetchone())[0]:
-                await c.execute(FLOOR_PROCEDURE)
+                # the ids' own collation: compared under another, the prune could not
+                # use the (thread_id, version) key and would lock other threads' rows
+                await c.execute(
+                    "SELECT COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA ="
+                    " DATABASE() AND TABLE_NAME = 'threads' AND COLUMN_NAME = 'thread_id'"
+                )
+                collation = (await c.fetchone())[0]
+                await c.execute(FLOOR_PROCEDURE.format(collation=collation))
             await c.execute(
                 "INSERT INTO threads (thread_id, user_id, version, created_at, updated_at)"
                 " VALUES (%s, %s, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
@@ -171,7 +182,11 @@ async def mysql_throughput(
     )
     await tenx.asetup()
     pool = await asyncmy.create_pool(
-        minsize=10, maxsize=10, autocommit=True, **mysql_args(MYSQL_URL, database)
+        minsize=10,
+        maxsize=10,
+        autocommit=True,
+        init_command=READ_COMMITTED,
+        **mysql_args(MYSQL_URL, database),
     )
     rng = random.Random(seed)
     data, context = [], []
@@ -251,7 +266,9 @@ async def compare(turns: int) -> None:
     call = await MysqlFloor(database, "call", 20).prepare()
     texts = {}
     for name in ("five", "multi"):
-        con = await asyncmy.connect(**mysql_args(MYSQL_URL, database), autocommit=False)
+        con = await asyncmy.connect(
+            **mysql_args(MYSQL_URL, database), autocommit=False, init_command=READ_COMMITTED
+        )
         floor = MysqlFloor(database, name, 20)
         await floor.prepare(con)
         texts[name] = floor

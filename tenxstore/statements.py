@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import and_, bindparam, delete, insert, select, update
+from sqlalchemy import and_, bindparam, insert, select, update
 from sqlalchemy.sql.elements import BindParameter
 
 from .backends import Backend
@@ -64,7 +64,7 @@ class Statements:
             .where(t.c.thread_id == thread)
             .values(version=bindparam("b_version"), updated_at=bindparam("b_now"))
         )
-        self.prune = delete(s).where(s.c.thread_id == thread, s.c.version <= bindparam("b_upto"))
+        self.prune = backend.prune(tables)
         self.state_write = backend.build_state_write(tables)
         # the owner last: the hot paths read the first three columns by place
         head = select(t.c.version, t.c.incarnation, s.c.state_data, t.c.user_id).select_from(

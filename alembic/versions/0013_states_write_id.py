@@ -14,7 +14,9 @@ prune, committed together — or, when the thread does not match, nothing writte
 no row returned. Any error rolls the whole of it back and is raised as is. Its
 parameters and ``JSON_TABLE``'s columns take the types, character sets and collations
 of the columns they are compared with or stored in (a routine's text would otherwise
-take the database's default character set) (as the tables were made: ``id_type`` and ``user_id_type``), it runs with
+take the database's default character set), and the prune scans the unique index of
+``states(thread_id, version)`` by name (a young table's statistics may have it scan
+every row, and writers of different threads deadlock) (as the tables were made: ``id_type`` and ``user_id_type``), it runs with
 the caller's privileges (``SQL SECURITY INVOKER``) and with the strict ``sql_mode``
 tenxstore's sessions run (a routine keeps the mode it was created under). Creating it
 needs the ``CREATE ROUTINE`` privilege; calling it ``EXECUTE``.
@@ -76,7 +78,10 @@ BEGIN
                 payload {payload} PATH '$[2]' ERROR ON ERROR)) AS batch
             ORDER BY batch.ord
             ON DUPLICATE KEY UPDATE thread_id = messages.thread_id;
-        DELETE FROM states WHERE thread_id = p_thread AND version <= p_expected + 1 - p_limit;
+        IF p_expected + 1 - p_limit > 0 THEN
+            DELETE pruned FROM states AS pruned FORCE INDEX ({states_key})
+                WHERE pruned.thread_id = p_thread AND pruned.version <= p_expected + 1 - p_limit;
+        END IF;
         COMMIT;
         SELECT p_expected + 1, v_life, v_user;
     ELSE
@@ -105,6 +110,23 @@ def _column_type(bind: sa.engine.Connection, table: str, column: str, offline: s
     return f"{row[0]} CHARACTER SET {row[1]} COLLATE {row[2]}"
 
 
+def _states_key(bind: sa.engine.Connection) -> str:
+    """The unique index of ``states(thread_id, version)``, which the prune must scan: on
+    a table whose statistics are young (a new database) the optimizer may scan the
+    whole table instead, locking other threads' rows, and concurrent writers of
+    different threads deadlock."""
+    if context.is_offline_mode():
+        return "uq_states_thread_id_version"
+    name = bind.execute(
+        sa.text(
+            "SELECT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = "
+            "DATABASE() AND TABLE_NAME = 'states' AND COLUMN_NAME = 'thread_id' "
+            "AND SEQ_IN_INDEX = 1 AND NON_UNIQUE = 0"
+        )
+    ).scalar_one()
+    return f"`{name}`"
+
+
 def _offline_id(kind: str) -> str:
     return {"int": "INT", "bigint": "BIGINT"}.get(kind, "VARCHAR(255)")
 
@@ -128,6 +150,7 @@ def upgrade() -> None:
         "message_id": _column_type(bind, "messages", "message_id", "VARCHAR(255)"),
         "role": _column_type(bind, "messages", "role", "LONGTEXT"),
         "payload": _column_type(bind, "messages", "payload", "LONGTEXT"),
+        "states_key": _states_key(bind),
     }
     if _has_procedure(bind):  # an earlier run's, resumed (IF EXISTS would warn)
         op.execute("DROP PROCEDURE tenx_commit_head")

@@ -18,7 +18,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
-from sqlalchemy import String, Table, event, func, select
+from sqlalchemy import String, Table, bindparam, delete, event, func, select
 from sqlalchemy.engine import URL, Row
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -232,6 +232,13 @@ class Backend(Failures, ABC):
     def died_before_sending(self, exc: DBAPIError) -> bool:
         """Whether the driver refused to send a statement on a connection found dead."""
         return False
+
+    def prune(self, tables: Tables) -> Executable:
+        """Delete a thread's states up to ``b_upto`` (``b_thread``)."""
+        s = tables.states
+        return delete(s).where(
+            s.c.thread_id == bindparam("b_thread"), s.c.version <= bindparam("b_upto")
+        )
 
     def build_state_write(self, tables: Tables) -> Any:
         """A statement that writes a state in one round trip, or None (see write_state)."""

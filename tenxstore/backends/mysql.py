@@ -38,11 +38,22 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import String, Table, event, func, inspect, select, text
+from sqlalchemy import (
+    String,
+    Table,
+    UniqueConstraint,
+    bindparam,
+    event,
+    func,
+    inspect,
+    select,
+    text,
+)
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Insert, Update
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -213,6 +224,30 @@ class MysqlBackend(Backend):
 
     def insert(self, table: Table) -> Any:
         return mysql_insert(table)
+
+    def prune(self, tables: Any) -> Executable:
+        """The prune by the unique key of ``states(thread_id, version)``, named (a
+        multi-table DELETE takes an index hint): a young table's statistics may have it
+        scan every row, waiting on other threads' rows, and writers of different threads
+        deadlock."""
+        s = tables.states
+        key = next(
+            c.name
+            for c in s.constraints
+            if isinstance(c, UniqueConstraint)
+            and [col.name for col in c.columns]
+            == [
+                "thread_id",
+                "version",
+            ]
+        )
+        return text(
+            f"DELETE pruned FROM {s.name} AS pruned FORCE INDEX (`{key}`) "
+            "WHERE pruned.thread_id = :b_thread AND pruned.version <= :b_upto"
+        ).bindparams(
+            bindparam("b_thread", type_=s.c.thread_id.type),
+            bindparam("b_upto", type_=s.c.version.type),
+        )
 
     def insert_ignore(self, table: Table, *conflict: str) -> Insert:
         """``INSERT ... ON DUPLICATE KEY UPDATE key = key``: a duplicate writes nothing.

@@ -149,3 +149,32 @@ async def test_kill_query_halfway_through_the_procedure_writes_nothing(
         admin.close()
         killer.close()
         await repo.aclose()
+
+
+@pytest.mark.parametrize("path", ["one CALL", "locked"])
+async def test_writers_of_different_threads_never_deadlock_in_a_new_database(
+    mysql_db: tuple[str, str], path: str
+) -> None:
+    """Many conversations at once in a database just made: its tables' statistics are
+    young, and a prune that scanned the whole of ``states`` (not the key of its own
+    thread) waited on other threads' rows — concurrent writers deadlocked, on the
+    one-CALL write (a config that recorded its version) and on the locked path (a
+    config that did not) alike."""
+    repo = CheckpointRepository(mysql_db[0], state_history_limit=2)
+    try:
+        await repo.asetup()
+
+        async def conversation(n: int) -> int:
+            config = cfg(f"t{n}", "u")
+            version = 0
+            for turn in range(25):
+                if path == "locked":
+                    config = cfg(f"t{n}", "u")  # no version recorded: the locked path
+                version = await repo.aput_checkpoint(
+                    config, {"turn": turn, "pad": "x" * 2000}, [{"role": "user", "content": turn}]
+                )
+            return version
+
+        assert await asyncio.gather(*(conversation(n) for n in range(16))) == [25] * 16
+    finally:
+        await repo.aclose()
