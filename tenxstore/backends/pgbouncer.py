@@ -57,6 +57,7 @@ from .base import timeout_ms
 from .connections import Borrowed
 from .lost_writes import after_a_lost_write, new_write_id, to_the_end, unknown_outcome
 from .postgres import PostgresBackend
+from .postgres_writes import did_it_apply, write_values
 from .records import Head, HeadWrite
 from .simple_query import LiteralStatement, copy_rows, decoders
 
@@ -97,25 +98,6 @@ def _collect(into: list[bytes]) -> Callable[[bytes], Awaitable[None]]:
         into.append(bytes(chunk))
 
     return sink
-
-
-def _write_values(write: HeadWrite, write_id: int) -> dict[str, Any]:
-    """The one-statement write's values (as :meth:`PostgresBackend.commit_head` binds them)."""
-    messages = write.messages
-    return {
-        "b_write_id": write_id,
-        "b_thread": write.thread_id,
-        "b_user": write.user_id,
-        "b_expected": write.expected,
-        "b_life": write.incarnation,
-        "b_state": write.state,
-        "b_meta": write.meta,
-        "b_now": write.now,
-        "b_limit": write.history_limit,
-        "b_ids": [m["message_id"] for m in messages],
-        "b_roles": [m["role"] for m in messages],
-        "b_payloads": [m["payload"] for m in messages],
-    }
 
 
 class PgBouncerBackend(PostgresBackend):
@@ -247,7 +229,7 @@ class PgBouncerBackend(PostgresBackend):
             return None
         literal = self._literal_writes[(write.owned, True, write.incarnation is not None)]
         write_id = new_write_id()
-        sql = literal.render(literal.statement.args(_write_values(write, write_id)))
+        sql = literal.render(literal.statement.args(write_values(write, write_id)))
         if sql is None:
             return None  # the bound path takes the value (or refuses it, as it always did)
         query = f"{self._begin} COPY ({sql}) TO STDOUT (FORMAT binary)"
@@ -353,8 +335,6 @@ class PgBouncerBackend(PostgresBackend):
         (:func:`~.lost_writes.after_a_lost_write`). A wait longer than
         :data:`SETTLE_MS` (or ``lock_timeout``), or a look that fails, leaves the outcome
         unknown: ``committed=None``."""
-        from .postgres_writes import did_it_apply
-
         t = self._sql.tables.threads
         lock = select(t.c.version).where(t.c.thread_id == bindparam("b_thread")).with_for_update()
         wait = max(SETTLE_MS, 0 if self.lock_timeout is None else timeout_ms(self.lock_timeout))

@@ -56,7 +56,7 @@ from .memory_sql import PostgresKeywords
 from .pgoptions import asyncpg_options
 from .postgres_catalog import database_identity, table_footprint
 from .postgres_memory import OneStatement as OneStatementMemory
-from .postgres_writes import hot_writes
+from .postgres_writes import hot_writes, write_values
 from .records import Footprint, Head, HeadWrite, LangGraphFastPath, StateWrite
 
 log = logging.getLogger(__name__)
@@ -146,24 +146,8 @@ class PostgresBackend(Backend):
             return None
         key = (write.owned, write.expected is not None, write.incarnation is not None)
         stmt = self._writes[key]
-        messages = write.messages
         write_id = new_write_id()
-        args = stmt.args(
-            {
-                "b_write_id": write_id,
-                "b_thread": write.thread_id,
-                "b_user": write.user_id,
-                "b_expected": write.expected,
-                "b_life": write.incarnation,
-                "b_state": write.state,
-                "b_meta": write.meta,
-                "b_now": write.now,
-                "b_limit": write.history_limit,
-                "b_ids": [m["message_id"] for m in messages],
-                "b_roles": [m["role"] for m in messages],
-                "b_payloads": [m["payload"] for m in messages],
-            }
-        )
+        args = stmt.args(write_values(write, write_id))
         server: list[int] = []  # the backend that ran it, to end it if the link breaks
         try:
             row = await self._hot(stmt.sql, args, idempotent=False, fresh=True, server=server)

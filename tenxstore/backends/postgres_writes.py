@@ -31,8 +31,9 @@ from sqlalchemy.sql.elements import BindParameter
 
 from ..models import Tables
 from .driver import DriverStatement
+from .records import HeadWrite
 
-__all__ = ["did_it_apply", "hot_writes"]
+__all__ = ["did_it_apply", "hot_writes", "write_values"]
 
 
 def _one_step_write(tables: Tables, scoped: bool, expected: bool, incarnation: bool) -> Select[Any]:
@@ -72,6 +73,25 @@ def _one_step_write(tables: Tables, scoped: bool, expected: bool, incarnation: b
         .add_cte(new_messages.cte("new_messages"))
         .add_cte(prune.cte("pruned"))
     )
+
+
+def write_values(write: HeadWrite, write_id: int) -> dict[str, Any]:
+    """The one-step write's values, by bind name, for ``write`` marked ``write_id``."""
+    messages = write.messages
+    return {
+        "b_write_id": write_id,
+        "b_thread": write.thread_id,
+        "b_user": write.user_id,
+        "b_expected": write.expected,
+        "b_life": write.incarnation,
+        "b_state": write.state,
+        "b_meta": write.meta,
+        "b_now": write.now,
+        "b_limit": write.history_limit,
+        "b_ids": [m["message_id"] for m in messages],
+        "b_roles": [m["role"] for m in messages],
+        "b_payloads": [m["payload"] for m in messages],
+    }
 
 
 def _matched_thread(

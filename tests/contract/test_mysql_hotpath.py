@@ -148,6 +148,29 @@ async def test_a_link_cut_mid_write_is_told_truthfully(
             admin.close()
 
 
+async def locked_and_waiting(
+    repo: CheckpointRepository, database: str, admin: Any, killer: Any
+) -> tuple[asyncio.Future[Any], int]:
+    """Thread ``t`` at version 2, its row lock held by ``admin``, and a write of it
+    waiting for that lock inside its CALL: (the write, its server session)."""
+    config = cfg("t", "u")
+    await repo.aput_state(config, {"n": 0})
+    await repo.aput_state(config, {"n": 1})
+    async with admin.cursor() as cursor:
+        await cursor.execute("BEGIN")
+        await cursor.execute("SELECT 1 FROM threads WHERE thread_id = 't' FOR UPDATE")
+    write = asyncio.ensure_future(repo.aput_state(config, {"n": "waiting"}))
+    return write, await waiting_on_a_lock(killer, database, await connection_id(admin))
+
+
+async def session_count(killer: Any, session: int) -> int:
+    async with killer.cursor() as cursor:
+        await cursor.execute(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s", (session,)
+        )
+        return int((await cursor.fetchone())[0])
+
+
 @pytest.mark.parametrize("reachable", [True, False], ids=["looked", "unreachable"])
 async def test_a_write_cut_while_waiting_for_the_lock_never_commits_afterwards(
     mysql_db: tuple[str, str], reachable: bool
@@ -160,14 +183,7 @@ async def test_a_write_cut_while_waiting_for_the_lock_never_commits_afterwards(
         admin = await admin_connection(mysql_db[1])
         killer = await admin_connection(mysql_db[1])
         try:
-            config = cfg("t", "u")
-            await repo.aput_state(config, {"n": 0})
-            await repo.aput_state(config, {"n": 1})
-            async with admin.cursor() as cursor:
-                await cursor.execute("BEGIN")
-                await cursor.execute("SELECT 1 FROM threads WHERE thread_id = 't' FOR UPDATE")
-            write = asyncio.ensure_future(repo.aput_state(config, {"n": "orphan"}))
-            orphan = await waiting_on_a_lock(killer, mysql_db[1], await connection_id(admin))
+            write, orphan = await locked_and_waiting(repo, mysql_db[1], admin, killer)
             link.cut()
             if reachable:
                 link.restore()
@@ -175,12 +191,7 @@ async def test_a_write_cut_while_waiting_for_the_lock_never_commits_afterwards(
                 await asyncio.wait_for(write, 30)
             if reachable:
                 assert err.value.committed is False
-                async with killer.cursor() as cursor:
-                    await cursor.execute(
-                        "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s",
-                        (orphan,),
-                    )
-                    assert (await cursor.fetchone())[0] == 0  # ended before the look
+                assert await session_count(killer, orphan) == 0  # ended before the look
             else:
                 assert err.value.committed is None
                 async with killer.cursor() as cursor:  # what tenxstore could not do
@@ -188,7 +199,7 @@ async def test_a_write_cut_while_waiting_for_the_lock_never_commits_afterwards(
             await admin.rollback()  # the lock frees: an orphaned write would commit now
             link.restore()
             assert await version_of(killer, "t") == 2
-            assert await repo.aget_state(config) == {"n": 1}
+            assert await repo.aget_state(cfg("t", "u")) == {"n": 1}
         finally:
             admin.close()
             killer.close()
@@ -203,26 +214,14 @@ async def test_a_cancelled_write_never_commits_after_the_call(
         admin = await admin_connection(mysql_db[1])
         killer = await admin_connection(mysql_db[1])
         try:
-            config = cfg("t", "u")
-            await repo.aput_state(config, {"n": 0})
-            await repo.aput_state(config, {"n": 1})
-            async with admin.cursor() as cursor:
-                await cursor.execute("BEGIN")
-                await cursor.execute("SELECT 1 FROM threads WHERE thread_id = 't' FOR UPDATE")
-            write = asyncio.ensure_future(repo.aput_state(config, {"n": "cancelled"}))
-            orphan = await waiting_on_a_lock(killer, mysql_db[1], await connection_id(admin))
+            write, orphan = await locked_and_waiting(repo, mysql_db[1], admin, killer)
             write.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await asyncio.wait_for(write, 30)
-            async with killer.cursor() as cursor:
-                await cursor.execute(
-                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s",
-                    (orphan,),
-                )
-                assert (await cursor.fetchone())[0] == 0
+            assert await session_count(killer, orphan) == 0
             await admin.rollback()
             assert await version_of(killer, "t") == 2
-            assert await repo.aput_state(config, {"n": 2}) == 3
+            assert await repo.aput_state(cfg("t", "u"), {"n": 2}) == 3
         finally:
             admin.close()
             killer.close()
@@ -278,29 +277,6 @@ async def test_awkward_values_round_trip_through_the_procedure(
         assert got[0]["id"] == odd.replace("\x00", "") and got[1]["role"] == odd
     finally:
         await repo.aclose()
-
-
-async def locked_and_waiting(
-    repo: CheckpointRepository, database: str, admin: Any, killer: Any
-) -> tuple[asyncio.Future[Any], int]:
-    """Thread ``t`` at version 2, its row lock held by ``admin``, and a write of it
-    waiting for that lock inside its CALL: (the write, its server session)."""
-    config = cfg("t", "u")
-    await repo.aput_state(config, {"n": 0})
-    await repo.aput_state(config, {"n": 1})
-    async with admin.cursor() as cursor:
-        await cursor.execute("BEGIN")
-        await cursor.execute("SELECT 1 FROM threads WHERE thread_id = 't' FOR UPDATE")
-    write = asyncio.ensure_future(repo.aput_state(config, {"n": "waiting"}))
-    return write, await waiting_on_a_lock(killer, database, await connection_id(admin))
-
-
-async def session_count(killer: Any, session: int) -> int:
-    async with killer.cursor() as cursor:
-        await cursor.execute(
-            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s", (session,)
-        )
-        return int((await cursor.fetchone())[0])
 
 
 async def test_a_write_cancelled_while_its_lost_session_is_ended_never_commits_afterwards(
