@@ -18,8 +18,8 @@ protocol: no client-side escaping of a state, no execution layer).
 * A statement the server interrupted (``KILL QUERY``, ``max_statement_time``) is
   looked into on its own connection, since the procedure may have committed just
   before: the call then succeeds, or raises StatementCancelled (nothing written).
-* No procedure (a database migrated by a user without ``CREATE ROUTINE``, or it was
-  dropped): logged once, and every write takes the locked path.
+* No procedure (dropped, or left out of a dump restored without ``--routines``): logged
+  once, and every write takes the locked path.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ log = logging.getLogger("tenxstore.backends.base")  # one logger for a backend's
 
 _COMMIT_HEAD = "CALL tenx_commit_head(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _NO_SUCH_PROCEDURE = 1305
-_UNKNOWN_THREAD = 1094  # KILL of a session that is gone
 #: Seconds a look into a lost write waits for the server to end its session.
 END_WAIT_S = 5.0
 _PREPARED = "_tenxstore_prepared"
@@ -172,7 +171,11 @@ class MysqlHotPath:
                 # meanwhile (a restart, a killed session) before it is sent at all.
                 await _yield_or_give_back(borrowed, fairy, since)
             try:
-                backend._sent(sql)  # inside: whatever a listener raises, it goes back
+                backend._sent(sql)
+            except BaseException:  # a listener's error, before anything was sent
+                await borrowed.give(fairy, since)
+                raise
+            try:
                 statement = await _prepared(driver, sql)
                 rows = (await statement.execute(args)).rows
             except asyncio.CancelledError:
@@ -237,8 +240,9 @@ class MysqlHotPath:
             await borrowed.give(fairy, since)
             self.procedure = False
             log.warning(
-                "the database %s has no procedure tenx_commit_head (migration 0013 needs "
-                "CREATE ROUTINE): every state write takes the locked path",
+                "the database %s has no procedure tenx_commit_head (dropped, or a dump "
+                "restored without --routines; migration 0013 makes it): every state write "
+                "takes the locked path",
                 backend.describe(),
             )
             return None
