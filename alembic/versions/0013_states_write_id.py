@@ -11,15 +11,17 @@ round trip (a prepared ``CALL``): the compare-and-swap of the thread's version (
 owner, and incarnation) under its row lock, the state, the new messages (a JSON array
 of ``[message_id, role, payload]``, inserted in order, one already stored kept) and the
 prune, committed together — or, when the thread does not match, nothing written and
-no row returned. Any error rolls the whole of it back and is raised as is. Its
-parameters and ``JSON_TABLE``'s columns take the types, character sets and collations
-of the columns they are compared with or stored in (a routine's text would otherwise
-take the database's default character set), and the prune scans the unique index of
-``states(thread_id, version)`` by name (a young table's statistics may have it scan
-every row, and writers of different threads deadlock) (as the tables were made: ``id_type`` and ``user_id_type``), it runs with
-the caller's privileges (``SQL SECURITY INVOKER``) and with the strict ``sql_mode``
-tenxstore's sessions run (a routine keeps the mode it was created under). Creating it
-needs the ``CREATE ROUTINE`` privilege; calling it ``EXECUTE``.
+no row returned. Any error rolls the whole of it back and is raised as is.
+
+Its parameters and ``JSON_TABLE``'s columns take the types, character sets and
+collations of the columns they are compared with or stored in, as the tables were made
+(``id_type``, ``user_id_type``): a routine's text would otherwise take the database's
+default character set. The prune scans the unique index of ``states(thread_id,
+version)`` by name: a young table's statistics may have it scan every row, and writers
+of different threads deadlock. It runs with the caller's privileges (``SQL SECURITY
+INVOKER``) and the strict ``sql_mode`` tenxstore's sessions run (a routine keeps the
+mode it was created under). Creating it needs the ``CREATE ROUTINE`` privilege;
+calling it ``EXECUTE``.
 
 Downgrade drops the procedure and the column.
 
