@@ -70,6 +70,7 @@ from workload import (
     drop_schema,
     next_state,
     pct,
+    timed_runs,
     turn_messages,
 )
 
@@ -662,7 +663,6 @@ async def throughput(conversations: int, turns: int, seed: int) -> dict[str, dic
             await tenx.aget_state(configs[c])
             await tenx.aput_checkpoint(configs[c], state, messages)
 
-    results: dict[str, dict[str, float]] = {}
     try:
         # Untimed: every conversation's first turn (which creates its thread) opens the
         # pools' connections; the steady turns after it are timed.
@@ -671,15 +671,12 @@ async def throughput(conversations: int, turns: int, seed: int) -> dict[str, dic
         await asyncio.gather(
             *(tenx.aput_checkpoint(configs[c], state, messages) for c in range(conversations))
         )
-        runs = [("floor-pg", floor_conversation), ("tenx-pg", tenx_conversation)]
-        random.Random(seed).shuffle(runs)
-        for name, conversation in runs:
-            cpu, wall = time.process_time(), time.perf_counter()
-            await asyncio.gather(*(conversation(c) for c in range(conversations)))
-            wall = time.perf_counter() - wall
-            cpu = time.process_time() - cpu
-            ops = conversations * 2 * (turns - 1)
-            results[name] = {"ops_per_s": ops / wall, "cpu_per_op": cpu / ops}
+        results = await timed_runs(
+            [("floor-pg", floor_conversation), ("tenx-pg", tenx_conversation)],
+            conversations,
+            turns,
+            seed,
+        )
     finally:
         await pool.close()
         await tenx.aclose()

@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
-from workload import MYSQL_URL, next_state, turn_messages
+from workload import MYSQL_URL, next_state, timed_runs, turn_messages
 
 from tenxstore import CheckpointRepository
 
@@ -225,7 +225,6 @@ async def mysql_throughput(
             await tenx.aget_state(configs[c])
             await tenx.aput_checkpoint(configs[c], state, messages)
 
-    results: dict[str, dict[str, float]] = {}
     try:
         async with pool.acquire() as con:  # the procedure and the threads, untimed
             for c in range(conversations):
@@ -235,15 +234,12 @@ async def mysql_throughput(
         await asyncio.gather(
             *(tenx.aput_checkpoint(configs[c], *data[0]) for c in range(conversations))
         )
-        runs = [("floor-mysql", floor_conversation), ("tenx-mysql", tenx_conversation)]
-        random.Random(seed).shuffle(runs)
-        for name, conversation in runs:
-            cpu, wall = time.process_time(), time.perf_counter()
-            await asyncio.gather(*(conversation(c) for c in range(conversations)))
-            wall = time.perf_counter() - wall
-            cpu = time.process_time() - cpu
-            ops = conversations * 2 * (turns - 1)
-            results[name] = {"ops_per_s": ops / wall, "cpu_per_op": cpu / ops}
+        results = await timed_runs(
+            [("floor-mysql", floor_conversation), ("tenx-mysql", tenx_conversation)],
+            conversations,
+            turns,
+            seed,
+        )
     finally:
         pool.close()
         await pool.wait_closed()

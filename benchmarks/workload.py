@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import string
 import sys
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +69,25 @@ def pct(values: list[float], q: float) -> float:
     """The ``q`` quantile of ``values``."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def timed_runs(
+    runs: list[tuple[str, Callable[[int], Awaitable[Any]]]],
+    conversations: int,
+    turns: int,
+    seed: int,
+) -> dict[str, dict[str, float]]:
+    """Each system's ``conversations`` conversations at once (read + write a turn, the
+    first turn untimed), the systems in a shuffled order: operations per second and
+    this process's CPU seconds per operation, by system."""
+    results: dict[str, dict[str, float]] = {}
+    order = list(runs)
+    random.Random(seed).shuffle(order)
+    for name, conversation in order:
+        cpu, wall = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(conversation(c) for c in range(conversations)))
+        wall = time.perf_counter() - wall
+        cpu = time.process_time() - cpu
+        ops = conversations * 2 * (turns - 1)
+        results[name] = {"ops_per_s": ops / wall, "cpu_per_op": cpu / ops}
+    return results

@@ -20,11 +20,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.util import greenlet_spawn
 
+from ..errors import ConnectionLost
+
 __all__ = [
     "ASYNCPG",
     "Borrowed",
     "DriverOps",
     "EngineSet",
+    "borrow",
     "give_back",
     "on_every_connection",
     "reset_or_discard",
@@ -267,6 +270,26 @@ class Borrowed:
         self._held = 0
         self._queue.clear()
         return drivers
+
+
+async def borrow(
+    backend: Any, borrowed: Borrowed, attempt: int, errors: tuple[type[BaseException], ...]
+) -> tuple[Any, float] | None:
+    """A borrowed connection and when it was checked out, for try ``attempt`` of a hot
+    call of ``backend``; None when it broke while it was opened (one of ``errors``) and
+    another is to be tried (nothing was sent). A refusal is the backend's error."""
+    try:
+        return await borrowed.take()
+    except errors as exc:
+        failure = backend.opening_failed(exc)
+        if isinstance(failure, ConnectionLost) and await backend.retry.again(
+            attempt, _BACKEND_LOG, backend.name, "a connection broke while it was opened"
+        ):
+            return None
+        raise failure from exc
+
+
+_BACKEND_LOG = logging.getLogger("tenxstore.backends.base")  # a backend's messages
 
 
 class EngineSet:

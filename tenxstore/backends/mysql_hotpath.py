@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ..errors import ConnectionLost
-from .connections import Borrowed, DriverOps
+from .connections import Borrowed, DriverOps, borrow
 from .driver import DriverStatement
 from .lost_writes import after_a_lost_write, new_write_id, to_the_end, unknown_outcome
 from .records import Head, HeadWrite
@@ -158,7 +158,7 @@ class MysqlHotPath:
         backend = self.backend
         borrowed = (await backend._engines.get()).borrowed
         for attempt in backend.retry.tries():
-            taken = await self._take(borrowed, attempt)
+            taken = await borrow(backend, borrowed, attempt, (Exception,))
             if taken is None:
                 continue
             fairy, since = taken
@@ -192,18 +192,6 @@ class MysqlHotPath:
             await borrowed.give(fairy, since)
             return rows
         raise AssertionError("unreachable")
-
-    async def _take(self, borrowed: Borrowed, attempt: int) -> tuple[Any, float] | None:
-        backend = self.backend
-        try:
-            return await borrowed.take()
-        except Exception as exc:
-            failure = backend.opening_failed(exc)
-            if isinstance(failure, ConnectionLost) and await backend.retry.again(
-                attempt, log, backend.name, "a connection broke while it was opened"
-            ):
-                return None
-            raise failure from exc
 
     async def _failed(
         self,

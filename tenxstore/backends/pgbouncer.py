@@ -54,7 +54,7 @@ from sqlalchemy.sql import Executable
 from ..errors import ConnectionLost
 from .asyncpg_driver import asyncpg_error, lost_error, unsent_error
 from .base import timeout_ms
-from .connections import Borrowed
+from .connections import Borrowed, borrow
 from .lost_writes import after_a_lost_write, new_write_id, to_the_end, unknown_outcome
 from .postgres import PostgresBackend
 from .postgres_writes import did_it_apply, write_values
@@ -201,7 +201,7 @@ class PgBouncerBackend(PostgresBackend):
         without the values)."""
         borrowed = (await self._engines.get()).borrowed
         for attempt in self.retry.tries():
-            taken = await self._take(borrowed, attempt)
+            taken = await borrow(self, borrowed, attempt, self._opening_errors)
             if taken is None:
                 continue  # it broke while being set up: nothing was sent
             data: list[bytes] = []
@@ -235,7 +235,7 @@ class PgBouncerBackend(PostgresBackend):
         query = f"{self._begin} COPY ({sql}) TO STDOUT (FORMAT binary)"
         borrowed = (await self._engines.get()).borrowed
         for attempt in self.retry.tries():
-            taken = await self._take(borrowed, attempt)
+            taken = await borrow(self, borrowed, attempt, self._opening_errors)
             if taken is None:
                 continue
             driver = taken[0].driver_connection

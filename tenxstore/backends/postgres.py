@@ -49,7 +49,7 @@ from ..models import Tables
 from .asyncpg_driver import lost_error, open_uninterrupted, unsent_error
 from .base import Backend, timeout_ms
 from .codes import OPENING_ERRORS
-from .connections import Borrowed, on_every_connection
+from .connections import Borrowed, borrow, on_every_connection
 from .driver import DriverStatement
 from .lost_writes import after_a_lost_write, new_write_id, to_the_end, unknown_outcome
 from .memory_sql import PostgresKeywords
@@ -251,7 +251,7 @@ class PostgresBackend(Backend):
         """
         borrowed = (await self._engines.get()).borrowed
         for attempt in self.retry.tries():
-            taken = await self._take(borrowed, attempt)
+            taken = await borrow(self, borrowed, attempt, self._opening_errors)
             if taken is None:
                 continue  # it broke while being set up: nothing was sent
             fairy, since = taken
@@ -279,19 +279,6 @@ class PostgresBackend(Backend):
             await borrowed.give(fairy, since)
             return row
         raise AssertionError("unreachable")
-
-    async def _take(self, borrowed: Borrowed, attempt: int) -> tuple[Any, float] | None:
-        """A borrowed connection and when it was checked out; None when it broke while
-        it was opened and another is to be tried (nothing was sent)."""
-        try:
-            return await borrowed.take()
-        except self._opening_errors as exc:
-            failure = self.opening_failed(exc)
-            if isinstance(failure, ConnectionLost) and await self.retry.again(
-                attempt, log, self.name, "a connection broke while it was opened"
-            ):
-                return None
-            raise failure from exc
 
     async def _closed_while_idle(
         self, borrowed: Borrowed, taken: tuple[Any, float], attempt: int

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -24,15 +23,7 @@ from tenxstore import (
 from tenxstore.backends import async_url
 from tenxstore.backends.mysql import MysqlBackend, lock_wait_seconds
 from tests import services
-from tests.conftest import cfg, mysql_admin, mysql_admin_args, new_mysql_database
-
-
-@pytest.fixture
-async def mysql_db() -> AsyncIterator[tuple[str, str]]:
-    """A fresh MariaDB database: (URL, name), dropped afterwards."""
-    url, name = await new_mysql_database()
-    yield url, name
-    await mysql_admin(services.mysql_url(), f"DROP DATABASE `{name}`")
+from tests.conftest import cfg, mysql_admin, mysql_admin_args
 
 
 async def admin_connection(database: str) -> Any:

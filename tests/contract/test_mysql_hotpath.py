@@ -14,20 +14,11 @@ from typing import Any
 import pytest
 
 from tenxstore import CheckpointRepository, ConnectionLost
-from tests import services
-from tests.conftest import cfg, mysql_admin, new_mysql_database
+from tests.conftest import cfg
 from tests.contract.test_mysql import admin_connection, connection_id, waiting_on_a_lock
 from tests.servers import TcpProxy
 
 COM_QUERY, COM_STMT_PREPARE, COM_STMT_EXECUTE = 0x03, 0x16, 0x17
-
-
-@pytest.fixture
-async def mysql_db() -> AsyncIterator[tuple[str, str]]:
-    """A fresh MariaDB database: (URL, name), dropped afterwards."""
-    url, name = await new_mysql_database()
-    yield url, name
-    await mysql_admin(services.mysql_url(), f"DROP DATABASE `{name}`")
 
 
 def command(chunk: bytes) -> int | None:

@@ -15,7 +15,7 @@ from sqlalchemy import make_url
 
 from tenxstore import CheckpointRepository, StatementCancelled
 from tests import services
-from tests.conftest import cfg, mysql_admin, new_mysql_database
+from tests.conftest import cfg, mysql_admin
 from tests.contract.test_mysql import admin_connection
 
 
@@ -27,14 +27,6 @@ async def odd_db(request: pytest.FixtureRequest) -> AsyncIterator[str]:
     await mysql_admin(str(base), f"CREATE DATABASE `{name}` DEFAULT CHARACTER SET {request.param}")
     yield base.set(database=name).render_as_string(hide_password=False)
     await mysql_admin(str(base), f"DROP DATABASE `{name}`")
-
-
-@pytest.fixture
-async def mysql_db() -> AsyncIterator[tuple[str, str]]:
-    """A fresh MariaDB database: (URL, name), dropped afterwards."""
-    url, name = await new_mysql_database()
-    yield url, name
-    await mysql_admin(services.mysql_url(), f"DROP DATABASE `{name}`")
 
 
 async def test_any_text_round_trips_whatever_the_database_default(odd_db: str) -> None:
