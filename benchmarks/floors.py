@@ -68,6 +68,7 @@ from workload import (
     REDIS_URL,
     ROOT,
     drop_schema,
+    kept_sections,
     next_state,
     pct,
     timed_runs,
@@ -1052,7 +1053,7 @@ async def main() -> None:
             tp[n].append(found)
     wire = await on_the_wire()
     enc = encoding(5)
-    text = report(runs, extra, tp, wire, enc, args)
+    text = report(runs, extra, tp, wire, enc, args) + kept_sections(args.out)
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(text)
     plot(runs, args.out.parent / "benchmark-floors.png")

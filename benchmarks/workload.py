@@ -91,3 +91,39 @@ async def timed_runs(
         ops = conversations * 2 * (turns - 1)
         results[name] = {"ops_per_s": ops / wall, "cpu_per_op": cpu / ops}
     return results
+
+
+def section_marks(name: str) -> tuple[str, str]:
+    """The comments around a section another benchmark owns in a document."""
+    return f"<!-- section {name}: written by its own benchmark -->", f"<!-- /section {name} -->"
+
+
+def kept_sections(path: Path) -> str:
+    """The sections other benchmarks wrote into ``path`` (marked), to write back when
+    this benchmark rewrites the rest of the document."""
+    if not path.exists():
+        return ""
+    text, kept = path.read_text(), []
+    start = "<!-- section "
+    at = text.find(start)
+    while at >= 0:
+        end = text.find("<!-- /section ", at)
+        close = text.find("-->", end) + 3
+        kept.append(text[at:close])
+        at = text.find(start, close)
+    return "".join(f"\n{section}\n" for section in kept)
+
+
+def replace_section(path: Path, name: str, body: str) -> None:
+    """Write ``body`` as the section ``name`` of ``path``: in place of the old one, or
+    at the end."""
+    opening, closing = section_marks(name)
+    block = f"{opening}\n{body.rstrip()}\n{closing}"
+    text = path.read_text() if path.exists() else ""
+    if opening in text:
+        before, _, rest = text.partition(opening)
+        _, _, after = rest.partition(closing)
+        text = before + block + after
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)

@@ -1,13 +1,16 @@
-"""tenxstore: durable, versioned, per-user persistence for AI-agent threads."""
+"""tenxstore: durable, versioned, per-user persistence for AI-agent threads.
+
+``import tenxstore`` loads the errors and the value types; every other public name is
+imported from its module when first asked for, so that a program pays for what it
+uses: SQLAlchemy and its driver when it opens a store, Redis when it asks for the
+cache, the memory store and LangGraph when it uses them, Alembic when it migrates.
+"""
+
+from __future__ import annotations
 
 import logging as _logging
-from importlib import metadata as _metadata
+from typing import TYPE_CHECKING, Any
 
-from .backends import transaction_pooling_args
-from .backends.retry import RetryPolicy
-from .cache import CachedCheckpointer
-from .config import read_source
-from .crypto import KeyRing, Life
 from .errors import (
     CacheUnreachable,
     ConfigError,
@@ -33,13 +36,7 @@ from .errors import (
     ToolExecutionMismatch,
     ToolExecutionNotFound,
 )
-from .lifecycle import DeleteResult, parse_duration
-from .memory.bulk import NewMemory
-from .memory.store import MemoryStore
-from .presets import InMemoryCheckpointer, PgCheckpointer, SqliteCheckpointer
-from .protocol import Checkpointer
-from .repository import CheckpointRepository
-from .stats import StoreStats, TableStats, UserStats
+from .lazy import lazy_names
 from .types import (
     AuthPolicy,
     Commit,
@@ -58,6 +55,42 @@ from .types import (
     ThreadInfo,
     ToolExecution,
 )
+
+if TYPE_CHECKING:
+    from .backends import transaction_pooling_args
+    from .backends.retry import RetryPolicy
+    from .cache import CachedCheckpointer
+    from .config import read_source
+    from .crypto import KeyRing, Life
+    from .lifecycle import DeleteResult, parse_duration
+    from .memory.bulk import NewMemory
+    from .memory.store import MemoryStore
+    from .presets import InMemoryCheckpointer, PgCheckpointer, SqliteCheckpointer
+    from .protocol import Checkpointer
+    from .repository import CheckpointRepository
+    from .stats import StoreStats, TableStats, UserStats
+
+# Each lazily loaded public name, and the module it lives in.
+_ROOMS = {
+    "CachedCheckpointer": "cache",
+    "CheckpointRepository": "repository",
+    "Checkpointer": "protocol",
+    "DeleteResult": "lifecycle",
+    "InMemoryCheckpointer": "presets",
+    "KeyRing": "crypto",
+    "Life": "crypto",
+    "MemoryStore": "memory.store",
+    "NewMemory": "memory.bulk",
+    "PgCheckpointer": "presets",
+    "RetryPolicy": "backends.retry",
+    "SqliteCheckpointer": "presets",
+    "StoreStats": "stats",
+    "TableStats": "stats",
+    "UserStats": "stats",
+    "parse_duration": "lifecycle",
+    "read_source": "config",
+    "transaction_pooling_args": "backends",
+}
 
 __all__ = [
     "AuthPolicy",
@@ -119,11 +152,24 @@ __all__ = [
     "transaction_pooling_args",
 ]
 
+_lazy_getattr, __dir__ = lazy_names(__name__, _ROOMS, globals())
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module when first asked for; ``__version__``
+    read from the installed distribution's metadata when first asked for."""
+    if name != "__version__":
+        return _lazy_getattr(name)
+    from importlib import metadata
+
+    try:
+        version = metadata.version("tenxstore")
+    except metadata.PackageNotFoundError:  # pragma: no cover - a checkout never installed
+        version = "0+unknown"
+    globals()[name] = version
+    return version
+
+
 # A library never configures logging: its records go wherever the application sends
 # them, and nowhere ("No handlers could be found") when it sends them nowhere.
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
-
-try:
-    __version__ = _metadata.version("tenxstore")
-except _metadata.PackageNotFoundError:  # pragma: no cover - a checkout never installed
-    __version__ = "0+unknown"

@@ -22,7 +22,6 @@ import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar, cast
 
-from .backends.driver import DRIVER_PACKAGES
 from .errors import DatabaseError, TenxStoreError
 
 __all__ = ["callers_own", "guard", "guard_iter", "translated"]
@@ -44,6 +43,10 @@ def _of_the_database(exc: BaseException) -> bool:
         return False
     if isinstance(exc, OSError):  # a socket broke under the driver
         return True
+    # Here, not at the top: the backends import this boundary (through telemetry), and
+    # a program may import the boundary first (the LangGraph saver does).
+    from .backends.driver import DRIVER_PACKAGES
+
     module = type(exc).__module__ or ""
     return module.split(".", 1)[0] in DRIVER_PACKAGES
 

@@ -10,24 +10,24 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy import MetaData, Table, func, inspect, literal, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from alembic import command
-
 from .backends import Backend
+from .backends.schema_facts import id_kind
 from .errors import ConfigError, SchemaNotReady
 from .models import Base, tables_for
 from .validate import IdType
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
 __all__ = [
+    "HEAD",
     "alembic_config",
     "check_schema",
     "current_revision",
@@ -38,6 +38,11 @@ __all__ = [
     "upgrade",
     "upgrade_connection",
 ]
+
+HEAD = "0013_states_write_id"
+"""The newest revision this release ships (tests/unit/test_migrate_head.py holds it
+to the scripts' head): what a first call compares the schema with, without importing
+Alembic, which only a migration, or a schema that is not at head, needs."""
 
 log = logging.getLogger("tenxstore.migrate")
 _PACKAGE = Path(__file__).resolve().parent
@@ -60,6 +65,8 @@ def script_location() -> Path:
 
 def alembic_config(**attributes: Any) -> Config:
     """An Alembic ``Config`` pointing at tenxstore's scripts, with ``attributes`` set."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(script_location()))
     config.attributes.update(attributes)
@@ -68,22 +75,14 @@ def alembic_config(**attributes: Any) -> Config:
 
 @functools.cache
 def _scripts() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config())
 
 
-def head_revision() -> str | None:
-    """The newest revision this installation ships."""
-    head: str | None = _scripts().get_current_head()
-    return head
-
-
-def _id_kind(column_type: Any) -> IdType:
-    name = type(column_type).__name__.upper()
-    if "BIGINT" in name:
-        return "bigint"
-    if "INT" in name:
-        return "int"
-    return "string"
+def head_revision() -> str:
+    """The newest revision this installation ships (:data:`HEAD`)."""
+    return HEAD
 
 
 def _check_id_types(
@@ -91,7 +90,7 @@ def _check_id_types(
 ) -> None:
     """The id types a schema was created with must be the checkpointer's."""
     columns = {c["name"]: c["type"] for c in inspect(connection).get_columns("threads", schema)}
-    found = (_id_kind(columns["thread_id"]), _id_kind(columns["user_id"]))
+    found = tuple(id_kind(type(columns[name]).__name__) for name in ("thread_id", "user_id"))
     if found != (id_type, user_id_type):
         raise ConfigError(
             f"the schema was created with id_type={found[0]!r}, user_id_type={found[1]!r}; "
@@ -202,6 +201,8 @@ def _recorded_heads(connection: Connection, schema: str | None, has_store: bool)
     columns = {c["name"] for c in inspect(connection).get_columns(_VERSION_TABLE, schema)}
     if "version_num" not in columns:
         raise _not_ours(connection, schema, [_VERSION_TABLE], "it is not Alembic's")
+    from alembic.runtime.migration import MigrationContext
+
     context = MigrationContext.configure(connection, opts={"version_table_schema": schema})
     heads: tuple[str, ...] = tuple(context.get_current_heads())
     unknown = [head for head in heads if not _known(head)]
@@ -220,6 +221,8 @@ def _newer(revision: str, where: str) -> SchemaNotReady:
 
 def _known(revision: str) -> bool:
     """Whether ``revision`` is one of this release's migrations."""
+    from alembic.util import CommandError
+
     try:
         return _scripts().get_revision(revision) is not None
     except CommandError:
@@ -242,6 +245,8 @@ def _upgrade_sync(
         connection=connection, schema=schema, id_type=id_type, user_id_type=user_id_type
     )
     refuse_foreign_tables(connection, schema)
+    from alembic import command
+
     command.upgrade(config, revision)
     _check_id_types(connection, schema, id_type, user_id_type)
     after, store_id = _read_schema(connection, schema)
@@ -276,6 +281,8 @@ async def upgrade(
 def _downgrade_sync(connection: Connection, schema: str | None, revision: str) -> None:
     config = alembic_config(connection=connection, schema=schema)
     before, _ = _read_schema(connection, schema)
+    from alembic import command
+
     command.downgrade(config, revision)
     after, _ = _read_schema(connection, schema)
     log.warning("downgraded %s from %s to %s", schema or "the database", before, after)

@@ -21,7 +21,6 @@ import functools
 from datetime import datetime
 from typing import Any, ClassVar, NamedTuple
 
-import sqlalchemy
 from sqlalchemy import (
     BigInteger,
     DateTime,
@@ -98,15 +97,6 @@ class Base(DeclarativeBase):
     }
 
 
-# Migration 0004 sets the threads table's fillfactor; SQLAlchemy 2.1 can also state it
-# on the table, 2.0 (the line Python 3.10 gets) refuses the keyword.
-_HOT_UPDATES: dict[str, Any] = (
-    {"postgresql_with": {"fillfactor": 90}}
-    if tuple(int(p) for p in sqlalchemy.__version__.split(".")[:2]) >= (2, 1)
-    else {}
-)
-
-
 class ThreadRow(Base):
     """One conversation: its owner, record and head version."""
 
@@ -127,7 +117,9 @@ class ThreadRow(Base):
 
     # user_id alone: an index on updated_at would make every version bump a non-HOT
     # update on PostgreSQL (migration 0004); fillfactor leaves room for HOT updates.
-    __table_args__ = (Index("ix_threads_user_id", "user_id"), _HOT_UPDATES)
+    # Migration 0004 sets the fillfactor (90) too; it is not stated here, where
+    # SQLAlchemy would load PostgreSQL's dialect to check the keyword in every process.
+    __table_args__ = (Index("ix_threads_user_id", "user_id"),)
 
 
 class StateRow(Base):

@@ -25,24 +25,28 @@ __all__ = ["health", "migrate_on", "setup", "setup_blocking"]
 
 async def migrate_on(store: Store, connection: AsyncConnection) -> None:
     """Migrate the store's schema to head on ``connection``; the store is then ready."""
-    store_id = await migrate.upgrade_connection(
+    await migrate.upgrade_connection(
         connection,
         schema=store.schema,
         id_type=store.settings.id_type,
         user_id_type=store.settings.user_id_type,
     )
-    store.ready(store_id)
+    store.ready()
 
 
 async def setup(store: Store) -> None:
-    """Migrate the store's schema to head on connections of its backend."""
-    store_id = await migrate.upgrade(
+    """Migrate the store's schema to head on connections of its backend. A schema at
+    head already (every start of an application asks) costs one round trip, and the
+    store is then ready for its first call."""
+    if await store.at_head():
+        return
+    await migrate.upgrade(
         store.backend,
         schema=store.schema,
         id_type=store.settings.id_type,
         user_id_type=store.settings.user_id_type,
     )
-    store.ready(store_id)
+    store.ready()
 
 
 async def _setup_on(store: Store, private: AsyncEngine) -> None:

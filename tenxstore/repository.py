@@ -12,8 +12,9 @@ the LangGraph tables are collaborators it holds (``.ledger``, ``.exports``,
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -24,7 +25,6 @@ from .backends.retry import RetryPolicy
 from .boundary import guard
 from .commits import commit
 from .crypto import KeyRing
-from .exports import ThreadExports
 from .facade import forward, forward_iter
 from .langgraph.tables import LangGraphTables
 from .ledger import ToolLedger
@@ -34,7 +34,6 @@ from .lifecycle import (
 from .opening import open_store
 from .protocol import Checkpointer
 from .serde import encode_state
-from .stats import Stats
 from .telemetry import traced
 from .twins import SyncCheckpointer
 from .types import (
@@ -44,6 +43,10 @@ from .types import (
     ThreadInfo,
 )
 from .validate import IdType, check_count
+
+if TYPE_CHECKING:
+    from .exports import ThreadExports
+    from .stats import Stats
 
 __all__ = ["CheckpointRepository"]
 
@@ -143,14 +146,25 @@ class CheckpointRepository(SyncCheckpointer):
         """The key ring payloads are sealed with, or None (stored in clear)."""
         self.ledger = ToolLedger(store)
         """The tool ledger (:class:`~tenxstore.ledger.ToolLedger`)."""
-        self.exports = ThreadExports(store)
-        """Whole-thread export and import (:class:`~tenxstore.exports.ThreadExports`)."""
         self.langgraph = LangGraphTables(store)
         """LangGraph's tables (:class:`~tenxstore.langgraph.tables.LangGraphTables`)."""
         self.lifecycle = Lifecycle(store)
         """Erasing users and retiring idle threads (:class:`~tenxstore.lifecycle.Lifecycle`)."""
-        self.statistics = Stats(store)
+
+    # Made at first use: a process that never exports or counts never imports them.
+    @functools.cached_property
+    def exports(self) -> ThreadExports:
+        """Whole-thread export and import (:class:`~tenxstore.exports.ThreadExports`)."""
+        from .exports import ThreadExports
+
+        return ThreadExports(self.store)
+
+    @functools.cached_property
+    def statistics(self) -> Stats:
         """What the store holds (:class:`~tenxstore.stats.Stats`)."""
+        from .stats import Stats
+
+        return Stats(self.store)
 
     # -- identity and lifecycle --------------------------------------------------------
 

@@ -31,6 +31,7 @@ from sqlalchemy.sql import Executable
 from . import migrate
 from .backends import Backend
 from .backends.records import Head, HeadWrite
+from .backends.schema_facts import SchemaFacts, read_facts, read_identity
 from .config import (
     RunIds,
     read_config,
@@ -115,7 +116,6 @@ class Store:
         self.schema = schema
         self.store_id: str | None = None
         """The store's id, known at first use (see :meth:`ensure_ready`)."""
-        self._migrated: str | None = None  # the id the migrations wrote, once they ran
         self.keys = settings.keys
         """The key ring payloads are sealed with, or None."""
         self.sealed_since: datetime | None = None
@@ -130,16 +130,29 @@ class Store:
         url = self.backend.describe()
         return f"schema {self.schema!r} of {url}" if self.schema else f"the database {url}"
 
-    def ready(self, store_id: str | None) -> None:
-        """The schema is at head (a migration just said so) with this id; the store's
-        full id is completed at first use (:meth:`ensure_ready`)."""
-        self._migrated = store_id
+    def ready(self) -> None:
+        """A migration just ran: the schema's facts are read again at first use
+        (:meth:`ensure_ready`)."""
         self.store_id = None
         self._writable = False
 
+    async def at_head(self) -> bool:
+        """Whether the schema is plainly at head, read in ONE statement (the facts of
+        :mod:`tenxstore.backends.schema_facts`), and if so the store is ready: its
+        id and sealed marker taken from that same row. False: the slow way says why
+        (:meth:`ensure_ready`) or a migration is due (``asetup``)."""
+        async with self.backend.connect() as conn:
+            facts = await read_facts(self.backend, conn, self.tables, self.schema)
+        if facts is None or not facts.at(migrate.HEAD, self._id_kinds()):
+            return False
+        self._adopt(facts)
+        return True
+
     async def ensure_ready(self) -> str:
         """Check once, at first use, that the schema is at head, and read whether the
-        store holds sealed values (:attr:`sealed_since`); the store id.
+        store holds sealed values (:attr:`sealed_since`); the store id. A schema at
+        head costs one round trip; any other is examined through Alembic, which says
+        what is wrong.
 
         Raises:
             SchemaNotReady: Never set up, behind head, or set up by a newer release.
@@ -147,17 +160,35 @@ class Store:
         """
         if self.store_id is not None:
             return self.store_id
-        id_types = (self.settings.id_type, self.settings.user_id_type)
         async with self.backend.connect() as conn:
-            found = self._migrated
-            if found is None:
-                revision, store_id = await migrate.read_schema(conn, self.schema, id_types)
-                found = migrate.check_schema(revision, store_id, self.where())
-            identity = await self.backend.identity(conn, self.schema)
-            marked = await conn.execute(select(self.tables.store.c.sealed_since))
-            self.sealed_since = _utc(marked.scalar())
-        if identity:  # a copy of the database is another store (see Backend.identity)
-            found += "-" + hashlib.sha256(identity.encode()).hexdigest()[:12]
+            facts = await read_facts(self.backend, conn, self.tables, self.schema)
+            if facts is None or not facts.at(migrate.HEAD, self._id_kinds()):
+                facts = await self._examined(conn)
+        return self._adopt(facts)
+
+    def _id_kinds(self) -> tuple[IdType, IdType]:
+        return (self.settings.id_type, self.settings.user_id_type)
+
+    async def _examined(self, conn: AsyncConnection) -> SchemaFacts:
+        """The schema's facts the slow way (the inspector, Alembic's history), which
+        raises the error that says why it is not at head."""
+        kinds = self._id_kinds()
+        revision, store_id = await migrate.read_schema(conn, self.schema, kinds)
+        found = migrate.check_schema(revision, store_id, self.where())
+        identity = await read_identity(self.backend, conn, self.schema)
+        marked = await conn.execute(select(self.tables.store.c.sealed_since))
+        return SchemaFacts(1, revision, found, marked.scalar(), kinds, identity)
+
+    def _adopt(self, facts: SchemaFacts) -> str:
+        """Take a schema at head's facts: the store id (with the database's identity:
+        a copy of the database is another store, see ``Backend.identity_columns``)
+        and its sealed marker."""
+        assert facts.store_id is not None
+        found = facts.store_id
+        if facts.identity:
+            found += "-" + hashlib.sha256(facts.identity.encode()).hexdigest()[:12]
+        self.sealed_since = _utc(facts.sealed_since)
+        self._writable = False
         self.store_id = found
         return found
 

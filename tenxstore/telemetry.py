@@ -22,8 +22,10 @@ only when the operator opts in: ``TENXSTORE_TELEMETRY_IDS=1`` in the environment
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 import os
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -33,16 +35,14 @@ from typing import Any, TypeVar, cast
 from .boundary import guard, translated
 from .errors import StaleStateError
 
-try:  # the optional extra: tenxstore[otel]
-    from opentelemetry import metrics as _metrics
-    from opentelemetry import trace as _trace
-    from opentelemetry.trace import ProxyTracerProvider as _ProxyTracerProvider
-    from opentelemetry.trace import Status as _Status
-    from opentelemetry.trace import StatusCode as _StatusCode
-
-    _API = True
-except ImportError:  # pragma: no cover - exercised by the no-extra benchmark
-    _API = False
+# The optional extra, tenxstore[otel]: looked for here, imported once the application
+# has loaded OpenTelemetry itself (see _unbound), as it must to set a provider.
+_API = importlib.util.find_spec("opentelemetry") is not None
+_metrics: Any = None
+_trace: Any = None
+_ProxyTracerProvider: Any = None
+_Status: Any = None
+_StatusCode: Any = None
 
 __all__ = [
     "SCOPE",
@@ -137,9 +137,39 @@ def _choose_check() -> Callable[[], bool]:
     return _provider_set if any(name in os.environ for name in named) else _globals_set
 
 
+def _bind() -> None:
+    """Import the OpenTelemetry API the calls use."""
+    global _metrics, _trace, _ProxyTracerProvider, _Status, _StatusCode
+    from opentelemetry import metrics, trace
+    from opentelemetry.trace import ProxyTracerProvider, Status, StatusCode
+
+    _metrics, _trace = metrics, trace
+    _ProxyTracerProvider, _Status, _StatusCode = ProxyTracerProvider, Status, StatusCode
+
+
+def _unbound() -> bool:
+    """The check while OpenTelemetry is not loaded: no provider can have been set
+    without loading it, so nothing is recorded, and a process that never loads it
+    never pays its import. Once the application has loaded it, the real check."""
+    global _check
+    if "opentelemetry.trace" not in sys.modules and "opentelemetry.metrics" not in sys.modules:
+        return False
+    _bind()
+    _check = _choose_check()
+    return _check()
+
+
 _trace_globals: Any = None
 _metrics_globals: Any = None
-_check = _choose_check()
+# A provider named in the environment is loaded by OpenTelemetry on first use, which
+# may be ours: then bind at once.
+if _API and any(
+    name in os.environ for name in ("OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER")
+):
+    _bind()
+    _check = _choose_check()
+else:
+    _check = _unbound
 
 
 class _Instruments:

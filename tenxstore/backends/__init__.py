@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import make_url
 from sqlalchemy.engine import URL
@@ -20,16 +20,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..errors import ConfigError
 from ..extras import require_extra
+from ..lazy import lazy_names
 from ..validate import masked_url
 from .base import DEFAULT_LOCK_TIMEOUT_S, Backend, DialectName
-from .mysql import MysqlBackend
-from .pgbouncer import PgBouncerBackend, transaction_pooling_args
 from .pgoptions import several_hosts
-from .postgres import PostgresBackend
 from .replicas import ReplicaSet
 from .retry import RetryPolicy
-from .sqlite import MemoryBackend, SqliteBackend, is_memory
 from .standbys import checked_replica_urls, replica_lag, replicas_of_url
+
+if TYPE_CHECKING:
+    from .pgbouncer import transaction_pooling_args
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT_S",
@@ -42,6 +42,10 @@ __all__ = [
     "open_with_replicas",
     "transaction_pooling_args",
 ]
+
+# The modes' modules are imported when a URL names their database: a program on SQLite
+# never loads the PostgreSQL or MySQL machinery.
+__getattr__, __dir__ = lazy_names(__name__, {"transaction_pooling_args": "pgbouncer"}, globals())
 
 PoolMode = Literal["session", "transaction"]
 POOL_MODES: tuple[PoolMode, ...] = ("session", "transaction")
@@ -88,11 +92,17 @@ def _check_sqlite(given: str | URL, parsed: URL) -> None:
     )
 
 
-def _backend_class(dialect: str, driver: str, memory: bool, pool_mode: PoolMode) -> type[Backend]:
+def _backend_class(dialect: str, driver: str, url: URL, pool_mode: PoolMode) -> type[Backend]:
     if dialect == "postgresql":
         if driver != "asyncpg":
             raise ConfigError(f"PostgreSQL needs the asyncpg driver, not {driver!r}")
-        return PgBouncerBackend if pool_mode == "transaction" else PostgresBackend
+        if pool_mode == "transaction":
+            from .pgbouncer import PgBouncerBackend
+
+            return PgBouncerBackend
+        from .postgres import PostgresBackend
+
+        return PostgresBackend
     if dialect in ("mysql", "mariadb"):
         if driver not in ("asyncmy", "aiomysql"):
             raise ConfigError(f"MySQL needs the asyncmy or aiomysql driver, not {driver!r}")
@@ -100,6 +110,8 @@ def _backend_class(dialect: str, driver: str, memory: bool, pool_mode: PoolMode)
             require_extra("mysql", "asyncmy", needed_by=f"a {dialect}:// URL")
         if pool_mode == "transaction":
             raise ConfigError("pool_mode='transaction' is for PostgreSQL behind PgBouncer")
+        from .mysql import MysqlBackend
+
         return MysqlBackend
     if dialect != "sqlite":
         raise ConfigError(
@@ -107,7 +119,9 @@ def _backend_class(dialect: str, driver: str, memory: bool, pool_mode: PoolMode)
         )
     if pool_mode == "transaction":
         raise ConfigError("pool_mode='transaction' is for PostgreSQL behind PgBouncer")
-    return MemoryBackend if memory else SqliteBackend
+    from .sqlite import MemoryBackend, SqliteBackend, is_memory
+
+    return MemoryBackend if is_memory(url) else SqliteBackend
 
 
 def open_backend(
@@ -126,9 +140,7 @@ def open_backend(
         if engine_options:
             raise ConfigError("engine_options apply only to engines tenxstore creates")
         engine = url_or_engine
-        cls = _backend_class(
-            engine.dialect.name, engine.dialect.driver, is_memory(engine.url), pool_mode
-        )
+        cls = _backend_class(engine.dialect.name, engine.dialect.driver, engine.url, pool_mode)
         cls.prepare(engine, lock_timeout)
         return cls(engine, owns_engine=False, lock_timeout=lock_timeout)
     if not isinstance(url_or_engine, (str, URL)):
@@ -136,7 +148,7 @@ def open_backend(
             f"url_or_engine must be a URL or an AsyncEngine, not {type(url_or_engine).__name__}"
         )
     url = async_url(url_or_engine)
-    cls = _backend_class(url.get_backend_name(), url.get_driver_name(), is_memory(url), pool_mode)
+    cls = _backend_class(url.get_backend_name(), url.get_driver_name(), url, pool_mode)
     options = engine_options or {}
 
     def make() -> AsyncEngine:

@@ -18,7 +18,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
-from sqlalchemy import String, Table, bindparam, delete, event, func, select
+from sqlalchemy import String, Table, bindparam, delete, event, func, null, select
 from sqlalchemy.engine import URL, Row
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -285,12 +285,22 @@ class Backend(Failures, ABC):
         (An embedded database's clock is this host's.)"""
         return datetime.now(timezone.utc)
 
-    async def identity(self, conn: AsyncConnection, schema: str | None) -> str:
-        """What tells this database apart from a copy of it (a copied file, a database
-        made from another as a template, a restore), yet is the same by every route
-        to it. A store's id is written into the database, so a copy has its
-        original's: the two together name one store. Empty when nothing can."""
+    def identity_columns(self, schema: str | None) -> list[ColumnElement[Any]]:
+        """What tells this database apart from a copy of it (a copied file, a template's
+        copy, a restore) yet is the same by every route to it, as columns of the schema
+        check (:mod:`.schema_facts`): a copy has its original's store id, and the two
+        together name one store. None when nothing can."""
+        return []
+
+    def identity_text(self, values: Sequence[Any]) -> str:
+        """The identity the values of :meth:`identity_columns` make ("": none)."""
         return ""
+
+    def declared_type(self, of: Table, name: str, schema: str | None) -> ColumnElement[Any]:
+        """The declared type of a column as the catalog names it, as a scalar subquery
+        of the schema check's statement (NULL where this database cannot tell: the
+        check then takes the slow way)."""
+        return null()
 
     async def footprint(
         self, conn: AsyncConnection, schema: str | None, tables: Sequence[Table], exact: bool

@@ -10,13 +10,13 @@ per-statement work (the profile put ~0.1 ms per statement and per checkout there
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement, ColumnElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
-__all__ = ["DRIVER_PACKAGES", "DriverStatement", "RowDecoder", "causes"]
+__all__ = ["DRIVER_PACKAGES", "DriverStatement", "OnFirstUse", "RowDecoder", "causes"]
 
 DRIVER_PACKAGES = ("sqlalchemy", "asyncpg", "aiosqlite", "sqlite3", "asyncmy", "pymysql")
 """Packages whose exceptions are the database layer's (a class from one of them, or from
@@ -44,18 +44,33 @@ class DriverStatement:
     text, say), as SQLAlchemy's own execution would do.
     """
 
-    __slots__ = ("_order", "sql")
+    __slots__ = ("_dialect", "_order", "_statement", "sql")
+    sql: str
 
     def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
-        compiled = statement.compile(dialect=dialect)
+        # Compiled at first use (a process that never sends it never pays for it):
+        # until then the slots ``sql`` and ``_order`` are unset, and __getattr__ fills
+        # them; afterwards they are plain slot reads.
+        self._statement = statement
+        self._dialect = dialect
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in ("sql", "_order"):
+            raise AttributeError(name)
+        self._compile()
+        return object.__getattribute__(self, name)
+
+    def _compile(self) -> None:
+        dialect = self._dialect
+        compiled = self._statement.compile(dialect=dialect)
         assert isinstance(compiled, SQLCompiler)
-        self.sql: str = compiled.string
         order: list[tuple[str, Any, Callable[[Any], Any] | None]] = []
         for name in compiled.positiontup or ():
             bind = compiled.binds[name]
             processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
             order.append((name, bind.value, processor))
         self._order = tuple(order)
+        self.sql = compiled.string
 
     def args(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
         """The positional arguments of one execution."""
@@ -84,3 +99,23 @@ class RowDecoder:
             value if processor is None else processor(value)
             for value, processor in zip(row, self._processors, strict=False)
         ]
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class OnFirstUse(dict[_K, _V]):
+    """A dict whose values are made when first asked for (``make(key)``) and kept: the
+    variants of a statement a process never sends are never built. Two threads asking
+    at once may both make a value; either is kept (the values are alike)."""
+
+    __slots__ = ("_make",)
+
+    def __init__(self, make: Callable[[_K], _V]) -> None:
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, key: _K) -> _V:
+        value = self[key] = self._make(key)
+        return value

@@ -43,12 +43,15 @@ from sqlalchemy import (
     Table,
     UniqueConstraint,
     bindparam,
+    column,
     event,
     func,
     inspect,
+    literal_column,
     select,
     text,
 )
+from sqlalchemy import table as catalog_table
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import DBAPIError
@@ -75,6 +78,14 @@ ER_LOCK_DEADLOCK = 1213
 ER_NET_PACKET_TOO_LARGE = 1153
 #: A statement the server interrupted with the connection kept: KILL QUERY (1317),
 #: MariaDB's max_statement_time (1969), MySQL 8's max_execution_time (3024).
+_COLUMNS = catalog_table(
+    "COLUMNS",
+    column("TABLE_SCHEMA"),
+    column("TABLE_NAME"),
+    column("COLUMN_NAME"),
+    column("DATA_TYPE"),
+    schema="information_schema",
+)
 _CANCELLED = (1317, 1969, 3024)
 _GONE = (2006, 4031)  # CR_SERVER_GONE_ERROR; ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8)
 #: innodb_lock_wait_timeout's largest value (MySQL 8 and MariaDB): "no bound".
@@ -316,16 +327,25 @@ class MysqlBackend(Backend):
         now: datetime = (await conn.execute(text("SELECT UTC_TIMESTAMP(6)"))).scalar_one()
         return now.replace(tzinfo=timezone.utc)
 
-    async def identity(self, conn: AsyncConnection, schema: str | None) -> str:
+    def identity_columns(self, schema: str | None) -> list[ColumnElement[Any]]:
         """The server as it names itself (``@@server_id``, ``@@hostname``, ``@@port``)
         and the database's name: the same by every route to it (another host name, a
         proxy), different in a copy on another server or under another name."""
-        row = (
-            await conn.execute(
-                text("SELECT @@server_id, DATABASE(), @@hostname, @@port"),
-            )
-        ).one()
-        return f"{row[0]}/{row[2]}:{row[3]}/{row[1]}"
+        return [
+            literal_column("@@server_id"),
+            func.database(),
+            literal_column("@@hostname"),
+            literal_column("@@port"),
+        ]
+
+    def identity_text(self, values: Sequence[Any]) -> str:
+        return f"{values[0]}/{values[2]}:{values[3]}/{values[1]}"
+
+    def declared_type(self, of: Table, name: str, schema: str | None) -> ColumnElement[Any]:
+        c = _COLUMNS.c
+        where = (c["TABLE_SCHEMA"] == func.database(), c["TABLE_NAME"] == of.name)
+        found = select(c["DATA_TYPE"]).where(*where, c["COLUMN_NAME"] == name)
+        return found.scalar_subquery()
 
     async def footprint(
         self, conn: AsyncConnection, schema: str | None, tables: Sequence[Table], exact: bool

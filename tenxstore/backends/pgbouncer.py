@@ -40,6 +40,7 @@ False): they run prepared statements outside a transaction.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -165,7 +166,10 @@ class PgBouncerBackend(PostgresBackend):
             self._read_fields = decoders(list(sql.head_state.selected_columns))
             self._write_fields = decoders([t.c.version, t.c.incarnation, t.c.user_id])
             self._reads = (LiteralStatement(self._read_any), LiteralStatement(self._read_own))
-            self._literal_writes = {k: LiteralStatement(s) for k, s in self._writes.items()}
+            self._literal_writes = {
+                k: LiteralStatement(self._writes[k])
+                for k in itertools.product((False, True), repeat=3)
+            }
         except ValueError:  # a column or statement it cannot take: the bound path
             log.debug("%s: the simple-protocol hot path is off", self.name, exc_info=True)
         self._simple = (

@@ -46,6 +46,7 @@ from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from ..errors import ConfigError, ConnectionLost
 from ..models import Tables
+from . import postgres_catalog as catalog
 from .asyncpg_driver import lost_error, open_uninterrupted, unsent_error
 from .base import Backend, timeout_ms
 from .codes import OPENING_ERRORS
@@ -54,7 +55,6 @@ from .driver import DriverStatement
 from .lost_writes import after_a_lost_write, new_write_id, to_the_end, unknown_outcome
 from .memory_sql import PostgresKeywords
 from .pgoptions import asyncpg_options
-from .postgres_catalog import database_identity, table_footprint
 from .postgres_memory import OneStatement as OneStatementMemory
 from .postgres_writes import hot_writes, write_values
 from .records import Footprint, Head, HeadWrite, LangGraphFastPath, StateWrite
@@ -397,13 +397,19 @@ class PostgresBackend(Backend):
     async def snapshot_options(self, conn: AsyncConnection) -> None:
         await conn.execution_options(isolation_level="REPEATABLE READ")
 
-    async def identity(self, conn: AsyncConnection, schema: str | None) -> str:
-        return await database_identity(conn, schema)
+    def identity_columns(self, schema: str | None) -> list[ColumnElement[Any]]:
+        return catalog.identity_columns(schema)
+
+    def identity_text(self, values: Sequence[Any]) -> str:
+        return catalog.identity_text(values)
+
+    def declared_type(self, table: Table, name: str, schema: str | None) -> ColumnElement[Any]:
+        return catalog.declared_type(table, name, schema)
 
     async def footprint(
         self, conn: AsyncConnection, schema: str | None, tables: Sequence[Table], exact: bool
     ) -> Footprint:
-        return await table_footprint(conn, schema, tables, exact)
+        return await catalog.table_footprint(conn, schema, tables, exact)
 
     async def clock(self, conn: AsyncConnection) -> datetime:
         """The server's ``clock_timestamp()``: every worker's leases on one clock."""

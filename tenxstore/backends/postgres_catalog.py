@@ -4,33 +4,65 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import Table, func, select, text
+from sqlalchemy import ColumnElement, Table, column, func, literal_column, select, text
+from sqlalchemy import table as catalog_table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .records import Footprint, TableSizes
 
-__all__ = ["database_identity", "table_footprint"]
+__all__ = ["declared_type", "identity_columns", "identity_text", "table_footprint"]
 
 
-async def database_identity(conn: AsyncConnection, schema: str | None) -> str:
-    """The cluster's system identifier (where this role may read it), the
-    database's oid and the schema's: the same through a pooler or another host
-    name, different in a copy."""
-    row = (
-        await conn.execute(
-            text(
-                "SELECT CASE WHEN has_function_privilege('pg_control_system()', 'EXECUTE')"
-                " THEN (SELECT system_identifier::text FROM pg_control_system()) END,"
-                " (SELECT oid FROM pg_database WHERE datname = current_database()),"
-                # By its exact name: to_regnamespace() would parse the text as SQL
-                # (folding Acme to acme, refusing 'a b')
-                " (SELECT oid FROM pg_namespace WHERE nspname = :schema)"
-            ),
-            {"schema": schema or "public"},
-        )
-    ).one()
-    return f"{row[0] or ''}/{row[1]}/{row[2]}"
+def identity_columns(schema: str | None) -> list[ColumnElement[Any]]:
+    """The cluster's system identifier (where this role may read it), the database's
+    oid and the schema's: the same through a pooler or another host name, different
+    in a copy."""
+    return [
+        literal_column(
+            "CASE WHEN has_function_privilege('pg_control_system()', 'EXECUTE')"
+            " THEN (SELECT system_identifier::text FROM pg_control_system()) END"
+        ),
+        literal_column("(SELECT oid FROM pg_database WHERE datname = current_database())"),
+        # By its exact name: to_regnamespace() would parse the text as SQL (folding
+        # Acme to acme, refusing 'a b')
+        select(_NAMESPACE.c.oid)
+        .where(_NAMESPACE.c.nspname == (schema or "public"))
+        .scalar_subquery(),
+    ]
+
+
+def identity_text(values: Sequence[Any]) -> str:
+    """The identity :func:`identity_columns` read."""
+    return f"{values[0] or ''}/{values[1]}/{values[2]}"
+
+
+_NAMESPACE = catalog_table("pg_namespace", column("oid"), column("nspname"), schema="pg_catalog")
+_CLASS = catalog_table(
+    "pg_class", column("oid"), column("relname"), column("relnamespace"), schema="pg_catalog"
+)
+_ATTRIBUTE = catalog_table(
+    "pg_attribute",
+    column("attrelid"),
+    column("attname"),
+    column("atttypid"),
+    column("atttypmod"),
+    schema="pg_catalog",
+)
+
+
+def declared_type(of: Table, name: str, schema: str | None) -> ColumnElement[Any]:
+    """``format_type`` of a column of a table in ``schema`` (None: the first schema of
+    the search path, where unqualified names go)."""
+    a, c, n = _ATTRIBUTE, _CLASS, _NAMESPACE
+    where = n.c.nspname == (schema if schema is not None else func.current_schema())
+    return (
+        select(func.format_type(a.c.atttypid, a.c.atttypmod))
+        .select_from(a.join(c, c.c.oid == a.c.attrelid).join(n, n.c.oid == c.c.relnamespace))
+        .where(where, c.c.relname == of.name, a.c.attname == name)
+        .scalar_subquery()
+    )
 
 
 async def table_footprint(

@@ -33,7 +33,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, aggregate_order_by
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ..langgraph.columns import BLOB_COLUMNS, LONGEST, write_order
-from .driver import DriverStatement
+from .driver import DriverStatement, OnFirstUse
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -68,10 +68,12 @@ class OneStatement:
 
     def __init__(self, store: Store) -> None:
         sql = _Statements(store)
-        flags = [(a, z) for a in (False, True) for z in (False, True)]
-        self._put = {key: sql.put(*key) for key in flags}
-        self._put_writes = {key: sql.put_writes(*key) for key in flags}
-        self._read = {key: sql.read(*key) for key in flags}
+        # Each variant (by its two flags) built when first sent
+        self._put = OnFirstUse[tuple[bool, bool], DriverStatement](lambda k: sql.put(*k))
+        self._put_writes = OnFirstUse[tuple[bool, bool], DriverStatement](
+            lambda k: sql.put_writes(*k)
+        )
+        self._read = OnFirstUse[tuple[bool, bool], DriverStatement](lambda k: sql.read(*k))
         self._backend = store.backend
 
     async def put(self, scoped: bool, values: dict[str, Any]) -> tuple[int, Any] | None:

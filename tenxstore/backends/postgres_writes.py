@@ -5,7 +5,6 @@ both compiled once per process and set of tables."""
 from __future__ import annotations
 
 import collections
-import itertools
 import threading
 from typing import Any
 
@@ -30,7 +29,7 @@ from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import BindParameter
 
 from ..models import Tables
-from .driver import DriverStatement
+from .driver import DriverStatement, OnFirstUse
 from .records import HeadWrite
 
 __all__ = ["did_it_apply", "hot_writes", "write_values"]
@@ -172,18 +171,18 @@ _HOT_WRITES_LOCK = threading.Lock()
 
 
 def hot_writes(tables: Tables, dialect: Any) -> _HotWrites:
-    """The one-step writes and their check, compiled once per process and set of
-    tables (``models.tables_for`` gives one set per id types and schema): compiling
-    them was half the cost of making a repository. Keyed by the tables themselves
-    (never by an id a collected object could hand on), the least recent forgotten."""
+    """The one-step writes (each variant built when first sent) and their check, once
+    per process and set of tables (``models.tables_for`` gives one set per id types
+    and schema): building them was half the cost of making a repository. Keyed by the
+    tables themselves (never by an id a collected object could hand on), the least
+    recent forgotten."""
     key = (tables, dialect.name)
     with _HOT_WRITES_LOCK:  # repositories may be made in several threads at once
         found = _HOT_WRITES.get(key)
         if found is None:
-            writes = {
-                flags: DriverStatement(_one_step_write(tables, *flags), dialect)
-                for flags in itertools.product((False, True), repeat=3)
-            }
+            writes = OnFirstUse[tuple[bool, ...], DriverStatement](
+                lambda flags: DriverStatement(_one_step_write(tables, *flags), dialect)
+            )
             found = (writes, DriverStatement(did_it_apply(tables), dialect))
             _HOT_WRITES[key] = found
             if len(_HOT_WRITES) > _REMEMBERED:

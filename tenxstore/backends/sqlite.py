@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mappin
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import Table, event, func, select
+from sqlalchemy import ColumnElement, Table, event, func, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -83,8 +83,17 @@ class SqliteBackend(Backend):
     keywords = SqliteKeywords()
     _hot: HotPath | None = None
 
-    async def identity(self, conn: AsyncConnection, schema: str | None) -> str:
-        return await file_identity(conn)
+    def identity_columns(self, schema: str | None) -> list[ColumnElement[Any]]:
+        """The database file's path, whose device and inode are the identity."""
+        files = func.pragma_database_list().table_valued("name", "file")
+        return [select(files.c.file).where(files.c.name == "main").scalar_subquery()]
+
+    def identity_text(self, values: Sequence[Any]) -> str:
+        return file_identity(values[0])
+
+    def declared_type(self, of: Table, name: str, schema: str | None) -> ColumnElement[Any]:
+        info = func.pragma_table_info(of.name).table_valued("name", "type")
+        return select(info.c.type).where(info.c.name == name).scalar_subquery()
 
     async def footprint(
         self, conn: AsyncConnection, schema: str | None, tables: Sequence[Table], exact: bool

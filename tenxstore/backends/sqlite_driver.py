@@ -14,7 +14,6 @@ from typing import Any, cast
 import aiosqlite
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .base import timeout_ms
 from .codes import SQLITE_BUSY, SQLITE_LOCKED, sqlite_code
@@ -145,11 +144,9 @@ def _journal_mode(cursor: Any) -> str:
     return str(cursor.fetchone()[0]).lower()
 
 
-async def file_identity(conn: AsyncConnection) -> str:
+def file_identity(path: str | None) -> str:
     """The database file's device and inode: the same by every path to it, different
     in a copy (an in-memory database has none)."""
-    rows: list[Any] = list(await conn.exec_driver_sql("PRAGMA database_list"))
-    path = next((row[2] for row in rows if row[1] == "main"), "")
     if not path:
         return ""
     found = os.stat(path)

@@ -26,8 +26,9 @@ The rooms, each read in one sitting:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_names
 
 if TYPE_CHECKING:
     from .export import acopy_langgraph_thread
@@ -80,15 +81,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its room when first asked for."""
-    room = _ROOMS.get(name)
-    if room is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{room}"), name)
-    globals()[name] = value  # asked once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_ROOMS})
+__getattr__, __dir__ = lazy_names(__name__, _ROOMS, globals())
