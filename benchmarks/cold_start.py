@@ -59,7 +59,10 @@ CLI = str(Path(sys.executable).with_name("tenxstore"))
 # Every child starts its clock first, imports, then serves the call: T1 - T0 is its
 # import, T2 - T1 its first call.
 HEAD = "import time as _t\nT0 = _t.perf_counter()\n"
-TAIL = "\nT2 = _t.perf_counter()\nimport json as _j\nprint(_j.dumps({'import': T1 - T0, 'first': T2 - T1}))\n"
+TAIL = (
+    "\nT2 = _t.perf_counter()\nimport json as _j\n"
+    "print(_j.dumps({'import': T1 - T0, 'first': T2 - T1}))\n"
+)
 
 IMPORTS = {
     "floor": "import sqlalchemy.ext.asyncio, asyncpg",
@@ -256,10 +259,11 @@ async def set_up(folder: Path) -> None:
 
 
 def ms(values: list[float]) -> str:
-    """Median (min–max) in milliseconds."""
+    """Median (min-max) in milliseconds."""
     if not values or not any(values):
         return ""
-    return f"{statistics.median(values) * 1000:.0f} ({min(values) * 1000:.0f}–{max(values) * 1000:.0f})"
+    low, high = min(values) * 1000, max(values) * 1000
+    return f"{statistics.median(values) * 1000:.0f} ({low:.0f}-{high:.0f})"
 
 
 # The row each row is measured against, by group.
@@ -277,7 +281,7 @@ AGAINST = {
 def report(made: list[Program], runs: int) -> str:
     """The markdown table of the runs."""
     lines = [
-        "| group | program | process wall, ms: median (min–max) | CPU, ms | import, ms "
+        "| group | program | process wall, ms: median (min-max) | CPU, ms | import, ms "
         "| first call, ms | wall ratio |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -288,7 +292,7 @@ def report(made: list[Program], runs: int) -> str:
         if (p.group, against) in by_name:
             base = by_name[(p.group, against)]
             value = statistics.median(p.walls) / statistics.median(base.walls)
-            ratio = f"{value:.2f}× {against}"
+            ratio = f"{value:.2f}x {against}"
         lines.append(
             f"| {p.group} | {p.name} | {ms(p.walls)} | {statistics.median(p.cpus) * 1000:.0f} "
             f"| {ms(p.imports)} | {ms(p.firsts)} | {ratio} |"
