@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 HEAD = "0013_states_write_id"
-"""The newest revision this release ships (tests/unit/test_migrate_head.py holds it
+"""The newest revision this release ships (tests/unit/test_cold_imports.py holds it
 to the scripts' head): what a first call compares the schema with, without importing
 Alembic, which only a migration, or a schema that is not at head, needs."""
 

@@ -87,8 +87,7 @@ class Backend(Failures, ABC):
     (PostgreSQL): a write folded into a statement the call sends anyway costs no round
     trip of its own."""
     pool_per_loop: ClassVar[bool] = True
-    """Whether connections belong to an event loop (not so: one in-memory SQLite
-    connection that every loop shares, and that only aclose() closes)."""
+    """Whether connections belong to an event loop (not one in-memory SQLite's)."""
     keywords: ClassVar[KeywordSearch]
     """This database's full-text engine over the memories' keyword index
     (:mod:`tenxstore.backends.memory_sql`)."""
@@ -96,6 +95,8 @@ class Backend(Failures, ABC):
     """Whether the database may hold pgvector's index of the memories' vectors
     (:mod:`tenxstore.backends.pgvector`); elsewhere search by meaning is exact."""
     driver_ops: ClassVar[DriverOps] = ASYNCPG
+    opening_errors: ClassVar[tuple[type[BaseException], ...]] = OPENING_ERRORS
+    """What opening a connection may raise (a mode adds its driver's own)."""
     """How the connections borrowed for hot statements are told apart and readied."""
 
     def __init__(
@@ -286,10 +287,9 @@ class Backend(Failures, ABC):
         return datetime.now(timezone.utc)
 
     def identity_columns(self, schema: str | None) -> list[ColumnElement[Any]]:
-        """What tells this database apart from a copy of it (a copied file, a template's
-        copy, a restore) yet is the same by every route to it, as columns of the schema
-        check (:mod:`.schema_facts`): a copy has its original's store id, and the two
-        together name one store. None when nothing can."""
+        """What tells this database apart from a copy (a copied file, a restore) yet is
+        the same by every route to it, as columns of the schema check (:mod:`.schema_facts`):
+        a copy has its original's store id, and the two together name one store."""
         return []
 
     def identity_text(self, values: Sequence[Any]) -> str:
@@ -439,7 +439,7 @@ class Backend(Failures, ABC):
                 async with engines.borrowed.checkout():
                     await conn.start()
                 break
-            except OPENING_ERRORS as exc:
+            except self.opening_errors as exc:
                 failure = self.opening_failed(exc)
                 # Nothing of the caller's work was sent: a connection that broke while it
                 # was being set up is opened again; a refusal is final.

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import sqlite3
+import sys
+from typing import Any
 
-import asyncpg
 from sqlalchemy.exc import DBAPIError
 
 from .driver import causes
@@ -34,16 +34,16 @@ _SQLITE_MESSAGES = (
     ("database schema is locked", SQLITE_LOCKED),
     ("unable to open database file", SQLITE_CANTOPEN),
 )
-# What opening a connection may raise. SQLAlchemy 2.1 wraps the driver's refusal in
-# DBAPIError; 2.0 (the line Python 3.10 gets) lets asyncpg's own error through.
-OPENING_ERRORS: tuple[type[BaseException], ...] = (
-    DBAPIError,
-    OSError,
-    asyncio.TimeoutError,
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.TargetServerAttributeNotMatched,  # several hosts, none of them the primary
-)
+# What opening a connection may raise, whatever the driver (a mode adds its driver's
+# own: SQLAlchemy 2.0, the line Python 3.10 gets, lets asyncpg's through unwrapped).
+# The drivers are not imported here: a process imports only its database's, and an
+# error of a driver it never imported cannot reach it (see _driver).
+OPENING_ERRORS: tuple[type[BaseException], ...] = (DBAPIError, OSError, asyncio.TimeoutError)
+
+
+def _driver(name: str) -> Any:
+    """The driver module ``name`` if this process imported it, else None."""
+    return sys.modules.get(name)
 
 
 def sqlite_code(exc: BaseException | None) -> int | None:
@@ -52,7 +52,8 @@ def sqlite_code(exc: BaseException | None) -> int | None:
     Python 3.11+ gives it as ``sqlite_errorcode`` (perhaps extended: the low byte is
     the primary code); Python 3.10 gives only SQLite's message, which names the codes
     above exactly as SQLite words them."""
-    if not isinstance(exc, sqlite3.Error):
+    sqlite3 = _driver("sqlite3")
+    if sqlite3 is None or not isinstance(exc, sqlite3.Error):
         return None
     code = getattr(exc, "sqlite_errorcode", None)
     if isinstance(code, int):
@@ -91,7 +92,10 @@ def refusal(exc: BaseException) -> str | None:
         return "connection refused: is the server running, and on this host and port?"
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return "timed out: the server does not answer (a firewall, a wrong host?)"
-    if any(isinstance(seen, asyncpg.TargetServerAttributeNotMatched) for seen in causes(exc)):
+    asyncpg = _driver("asyncpg")
+    if asyncpg is not None and any(
+        isinstance(seen, asyncpg.TargetServerAttributeNotMatched) for seen in causes(exc)
+    ):
         return (
             "no host of the URL is what target_session_attrs asks for (no primary now: "
             "a failover under way?): try again shortly"

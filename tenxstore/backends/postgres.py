@@ -24,6 +24,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import asyncpg
 from sqlalchemy import (
     String,
     Table,
@@ -89,6 +90,12 @@ class PostgresBackend(Backend):
     supports_schema = True
     keywords = PostgresKeywords()
     vector_extension = True
+    opening_errors = (
+        *OPENING_ERRORS,
+        asyncpg.PostgresError,
+        asyncpg.InterfaceError,
+        asyncpg.TargetServerAttributeNotMatched,  # several hosts, none of them the primary
+    )
     driver_hot_path: bool = True
     """Whether the head read and the common state write go straight to asyncpg."""
 
@@ -114,7 +121,7 @@ class PostgresBackend(Backend):
         self._read_own = DriverStatement(sql.head_state_of_user, dialect)
         self._writes, self._verify = hot_writes(sql.tables, dialect)
         self._opening_errors: tuple[type[BaseException], ...] = (
-            *OPENING_ERRORS,  # asyncpg's own among them: a connection ended as it opened
+            *self.opening_errors,  # asyncpg's own: a connection that ended as it opened
             dialect.loaded_dbapi.Error,  # raised as is from the pool's connect event
         )
 

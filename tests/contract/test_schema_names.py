@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 
 from tenxstore import CheckpointRepository, ConfigError, PgCheckpointer
+from tenxstore.backends.schema_facts import read_identity
 from tenxstore.langgraph import TenxCheckpointSaver
 from tests import services
 from tests.conftest import cfg, drop_schema
@@ -78,7 +79,7 @@ async def test_a_schema_name_is_taken_exactly_as_written(kind: str, mode: str) -
         assert {"alembic_version", "threads", "states", "lg_checkpoints"} <= tables
         oid = await admin.fetchval("SELECT oid FROM pg_namespace WHERE nspname = $1", schema)
         async with repo.backend.connect() as conn:
-            identity = await repo.backend.identity(conn, schema)
+            identity = await read_identity(repo.backend, conn, schema)
         assert identity.endswith(f"/{oid}"), identity
     finally:
         await admin.close()

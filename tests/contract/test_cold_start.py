@@ -1,0 +1,220 @@
+"""Cold start on every SQL backend (issue "Cold start"): a new repository on a schema
+at head checks it in ONE statement at its first call (no Alembic, no inspector),
+``asetup`` there costs that one statement too, the fast check and the slow one name
+the same store, and a fresh process that opens a store and writes imports only what
+it uses (checked through ``sys.modules``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tenxstore
+from tenxstore.backends import schema_facts
+from tests.conftest import SQL_BACKENDS, Backend, backend_for, cfg
+
+# What any program that opens a store and writes must not load unless it asked for it.
+UNASKED = (
+    "alembic",
+    "redis",
+    "langgraph",
+    "langchain_core",
+    "typer",
+    "rich",
+    "cryptography",
+    "numpy",
+    "opentelemetry",
+)
+# What a driver itself imports, by backend: asyncmy loads cryptography (its auth).
+OWN = {"mariadb": ("cryptography",)}
+# The other databases' drivers, by backend.
+DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg", "mariadb": "asyncmy"}
+OTHER_DRIVERS = {
+    name: tuple(d for b, d in DRIVERS.items() if b != name.replace("pgbouncer", "postgresql"))
+    for name in SQL_BACKENDS
+}
+
+
+def repository(backend: Backend) -> Any:
+    """A repository on the backend's database as a new process makes one: not set up."""
+    assert backend.url is not None
+    cp = tenxstore.CheckpointRepository(
+        backend.url, schema=backend.schema, keys=backend.keys, **backend.options
+    )
+    backend.made.append(cp)
+    return cp
+
+
+@contextmanager
+def statements(cp: Any) -> Iterator[list[str]]:
+    """The statements ``cp`` sends meanwhile, but SQLite's own ``BEGIN``."""
+    seen: list[str] = []
+    remove = cp.backend.on_statement(seen.append)
+    try:
+        yield seen
+    finally:
+        remove()
+    seen[:] = [s for s in seen if s != "BEGIN"]
+
+
+def is_schema_check(sql: str) -> bool:
+    return "alembic_version" in sql and "tenxstore_store" in sql
+
+
+async def test_the_first_call_checks_the_schema_in_one_statement(sql_backend: Backend) -> None:
+    await sql_backend.make()
+    cp = repository(sql_backend)
+    with statements(cp) as seen:
+        assert await cp.aget_state(cfg("cold")) is None
+    assert len(seen) == 2, seen  # the check, then the read
+    assert is_schema_check(seen[0]) and not is_schema_check(seen[1])
+
+
+async def test_asetup_on_a_schema_at_head_is_one_statement(sql_backend: Backend) -> None:
+    await sql_backend.make()
+    cp = repository(sql_backend)
+    with statements(cp) as seen:
+        await cp.asetup()
+        await cp.aput_checkpoint(cfg("cold"), {"n": 1}, [])
+        assert await cp.aget_state(cfg("cold")) == {"n": 1}
+    assert is_schema_check(seen[0]), seen
+    assert not any(is_schema_check(s) for s in seen[1:]), seen  # the first call's too
+
+
+async def test_the_fast_check_and_the_slow_one_name_the_same_store(
+    sql_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store id (with the database's identity) and the sealed marker read in one
+    statement are those the inspector and Alembic read: a store keeps its id."""
+    first = await sql_backend.make()
+    await first.aput_checkpoint(cfg("sealed?"), {"n": 1}, [])  # marks it, with keys
+    fast = repository(sql_backend)
+    await fast.aget_state(cfg("cold"))
+
+    async def unreadable(*_args: Any) -> None:
+        return None
+
+    monkeypatch.setattr(tenxstore.store, "read_facts", unreadable)  # the slow way only
+    slow = repository(sql_backend)
+    with statements(slow) as seen:
+        await slow.aget_state(cfg("cold"))
+    assert not any(is_schema_check(s) for s in seen)
+    assert fast.store.store_id == slow.store.store_id == first.store.store_id
+    assert fast.store.sealed_since == slow.store.sealed_since
+    assert (fast.store.sealed_since is None) == (sql_backend.keys is None)
+
+
+async def test_a_schema_of_other_id_types_is_refused_as_before(sql_backend: Backend) -> None:
+    """The one statement sees the id columns' types: other ones send the check the
+    slow way, which names them (nothing is written)."""
+    await sql_backend.make()
+    assert sql_backend.url is not None
+    cp = tenxstore.CheckpointRepository(
+        sql_backend.url,
+        schema=sql_backend.schema,
+        keys=sql_backend.keys,
+        id_type="bigint",
+        **sql_backend.options,
+    )
+    sql_backend.made.append(cp)
+    with pytest.raises(tenxstore.ConfigError, match="id_type='string'"):
+        await cp.aget_state(cfg(7))
+
+
+def test_facts_read_id_kinds_as_the_inspector_names_them() -> None:
+    kinds = {
+        "bigint": "bigint",
+        "BIGINT": "bigint",
+        "integer": "int",
+        "INTEGER": "int",
+        "int": "int",
+        "character varying(255)": "string",
+        "VARCHAR(255)": "string",
+        "varchar": "string",
+        None: None,
+    }
+    assert {name: schema_facts.id_kind(name) for name in kinds} == kinds
+
+
+# -- fresh processes -------------------------------------------------------------------
+
+WRITER = """
+import asyncio, json, sys, uuid
+from tenxstore import CheckpointRepository
+
+async def main(url, schema, options):
+    async with CheckpointRepository(url, schema=schema, **options) as cp:
+        config = {"thread_id": uuid.uuid4().hex, "user_id": "alice"}
+        assert await cp.aget_state(config) is None
+        await cp.aput_checkpoint(config, {"n": 1}, [{"role": "user", "content": "hi"}])
+        assert await cp.aget_state(config) == {"n": 1}
+
+asyncio.run(main(*json.loads(sys.argv[1])))
+"""
+
+SAVER = """
+import asyncio, json, sys, uuid
+from tenxstore import CheckpointRepository
+from tenxstore.langgraph import TenxCheckpointSaver
+from langgraph.checkpoint.base import empty_checkpoint
+
+async def main(url, schema, options):
+    async with CheckpointRepository(url, schema=schema, **options) as cp:
+        saver = TenxCheckpointSaver(cp)
+        thread = uuid.uuid4().hex
+        config = {"configurable": {"thread_id": thread, "checkpoint_ns": "", "user_id": "u"}}
+        assert await saver.aget_tuple(config) is None
+        await saver.aput(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+        assert await saver.aget_tuple(config) is not None
+
+asyncio.run(main(*json.loads(sys.argv[1])))
+"""
+
+
+def loaded_by(program: str, backend: Backend, packages: tuple[str, ...]) -> list[str]:
+    """The packages among ``packages`` a fresh interpreter loaded to run ``program``
+    on the backend's database (which must succeed)."""
+    probe = (
+        f"{program}\nimport sys\n"
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(packages)!r})))"
+    )
+    args = json.dumps([backend.url, backend.schema, backend.options])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TENXSTORE_KEYS", "OTEL_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", probe, args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    found: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+@pytest.mark.parametrize("name", SQL_BACKENDS)
+async def test_a_process_that_writes_loads_only_its_own_driver(name: str, tmp_path: Path) -> None:
+    async with backend_for(name, tmp_path) as backend:
+        await backend.make()  # the schema at head: the deployment set it up
+        unasked = tuple(p for p in UNASKED if p not in OWN.get(name, ()))
+        assert loaded_by(WRITER, backend, (*unasked, *OTHER_DRIVERS[name])) == []
+        assert loaded_by(WRITER, backend, (DRIVERS[name.replace("pgbouncer", "postgresql")],))
+
+
+@pytest.mark.parametrize("name", ["sqlite", "postgresql"])
+async def test_a_langgraph_process_loads_no_cache_migrations_or_cli(
+    name: str, tmp_path: Path
+) -> None:
+    async with backend_for(name, tmp_path) as backend:
+        await backend.make()
+        packages = tuple(p for p in UNASKED if p not in ("langgraph", "langchain_core"))
+        assert loaded_by(SAVER, backend, (*packages, *OTHER_DRIVERS[name])) == []

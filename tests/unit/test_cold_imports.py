@@ -1,0 +1,75 @@
+"""Cold start: ``import tenxstore`` pays for the package, not for what a program may
+use later (issue "Cold start"), and the schema check at first use knows the newest
+revision without Alembic. The processes that open a store are in
+``tests/contract/test_cold_start.py``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tenxstore import migrate
+
+# What a program that only imports tenxstore must not load: each is the price of a
+# feature it has not asked for yet.
+NEVER_AT_IMPORT = (
+    "alembic",
+    "redis",
+    "langgraph",
+    "langchain_core",
+    "typer",
+    "rich",
+    "cryptography",
+    "numpy",
+    "opentelemetry",
+    "sqlalchemy",
+    "asyncpg",
+    "aiosqlite",
+    "asyncmy",
+)
+
+
+def loaded_after(code: str, packages: tuple[str, ...]) -> list[str]:
+    """The packages among ``packages`` that a fresh interpreter has loaded after
+    running ``code``."""
+    probe = (
+        f"{code}\nimport json, sys\n"
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(packages)!r})))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    found: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+def test_import_tenxstore_loads_no_database_driver_cache_or_framework() -> None:
+    assert loaded_after("import tenxstore", NEVER_AT_IMPORT) == []
+
+
+def test_the_check_sees_what_it_looks_for() -> None:
+    """The probe reports a package the code did load (a check that finds nothing
+    proves nothing)."""
+    assert loaded_after("import tenxstore, sqlalchemy, json", ("sqlalchemy", "json")) == [
+        "json",
+        "sqlalchemy",
+    ]
+
+
+def test_every_public_name_still_imports_from_the_package() -> None:
+    import tenxstore
+
+    namespace: dict[str, object] = {}
+    exec("from tenxstore import *", namespace)  # the star import itself
+    for name in tenxstore.__all__:
+        assert namespace[name] is getattr(tenxstore, name), name
+        assert name in dir(tenxstore)
+    assert isinstance(tenxstore.__version__, str)
+
+
+def test_head_is_the_newest_migration_script() -> None:
+    """The first call compares the schema with migrate.HEAD, without Alembic: it must
+    be the scripts' head (a new migration moves both)."""
+    assert migrate._scripts().get_current_head() == migrate.HEAD
