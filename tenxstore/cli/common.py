@@ -3,7 +3,6 @@ the helpers that open a database, fence the cache and print."""
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import functools
 import inspect
@@ -183,6 +182,8 @@ def command(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> None:
+        import asyncio  # imported by a command that runs: --help needs no event loop
+
         try:
             asyncio.run(fn(*args, **kwargs))
         except typer.Exit:
