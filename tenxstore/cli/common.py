@@ -3,7 +3,6 @@ the helpers that open a database, fence the cache and print."""
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import functools
 import inspect
@@ -11,23 +10,23 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
-from rich.table import Table
-from sqlalchemy import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from typer.core import TyperCommand, TyperGroup
 
-from .. import __version__, archive
-from ..backends import async_url
-from ..backends.standbys import replicas_of_url
-from ..cache import DEFAULT_KEY_PREFIX, CachedCheckpointer
+from .. import __version__
 from ..errors import ConfigError, TenxStoreError
-from ..protocol import Checkpointer
-from ..repository import CheckpointRepository
 from ..types import AuthPolicy
+
+# What only a running command needs (SQLAlchemy, the repository, the cache with Redis)
+# is imported where it is used: `tenxstore --help` imports none of it.
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from ..protocol import Checkpointer
+    from ..repository import CheckpointRepository
 
 __all__ = [
     "DEFAULT_URL",
@@ -183,18 +182,32 @@ def command(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> None:
+        import asyncio  # imported by a command that runs: --help needs no event loop
+
         try:
             asyncio.run(fn(*args, **kwargs))
         except typer.Exit:
             raise
         except (TenxStoreError, ValueError, OSError) as exc:
             fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        except DBAPIError as exc:
-            fail(f"database error: {str(exc.orig).splitlines()[0] if exc.orig else exc}")
-        except SQLAlchemyError as exc:
-            fail(f"database error: {str(exc).splitlines()[0]}")
+        except Exception as exc:
+            database_error = _database_error(exc)
+            if database_error is None:
+                raise
+            fail(database_error)
 
     return run
+
+
+def _database_error(exc: Exception) -> str | None:
+    """The line a SQLAlchemy error is told in (None: ``exc`` is none)."""
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    if isinstance(exc, DBAPIError):
+        return f"database error: {str(exc.orig).splitlines()[0] if exc.orig else exc}"
+    if isinstance(exc, SQLAlchemyError):
+        return f"database error: {str(exc).splitlines()[0]}"
+    return None
 
 
 def _version(value: bool) -> None:
@@ -215,6 +228,9 @@ def _root(
 
 def existing_database(url: str) -> None:
     """A command that only reads must not create a SQLite file that is not there."""
+    from sqlalchemy import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):  # ValueError: a port that is not a number (h1,h2)
@@ -231,6 +247,10 @@ def existing_database(url: str) -> None:
 def repository(url: str, schema: str | None, *, reads_only: bool = False) -> CheckpointRepository:
     """The repository a command works on: every read on the primary (an operator reads
     what is there now; the URL's ``replica=`` options are left out)."""
+    from ..backends import async_url
+    from ..backends.standbys import replicas_of_url
+    from ..repository import CheckpointRepository
+
     if reads_only:
         existing_database(url)
     primary, _, _ = replicas_of_url(async_url(url))
@@ -243,6 +263,8 @@ async def cached(
 ) -> AsyncIterator[Checkpointer]:
     """The repository behind the application's cache (when given), so what a command
     changes is fenced there too."""
+    from ..cache import DEFAULT_KEY_PREFIX, CachedCheckpointer
+
     if redis_url is None:
         yield repo
         return
@@ -269,8 +291,10 @@ class CacheNotInvalidated(TenxStoreError):
 
 def scope(user: str | None) -> dict[str, Any]:
     """Every user's threads, or only ``user``'s (isolation applies to that call)."""
+    from ..archive import OPERATOR
+
     if user is None:
-        return dict(archive.OPERATOR)
+        return dict(OPERATOR)
     return {"user_id": user, "auth_policy": AuthPolicy(enforce_user_isolation=True)}
 
 

@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
-from sqlalchemy import case, func, select
 
-from ..memory.lifecycle import DEFAULT_SWEEP_BATCH
-from ..memory.store import MemoryStore
-from ..memory.validation import shared_access
-from ..repository import CheckpointRepository
 from ..types import AuthPolicy, Memory
 from .common import DEFAULT_URL, App, Schema, Url, command, fail, out, print_table, repository, when
 
+if TYPE_CHECKING:  # the memory store and SQLAlchemy are imported by the command that runs
+    from ..repository import CheckpointRepository
+
 __all__ = ["memory_counts", "register"]
+
+# The library's, copied because its module imports SQLAlchemy (--help shows it; checked
+# to be the same by tests/unit/test_cli_imports.py).
+DEFAULT_SWEEP_BATCH = 500  # tenxstore.memory.lifecycle.DEFAULT_SWEEP_BATCH
 
 app = App(help="Long-term memories: list, search, show, sweep the expired ones.")
 UserOption = Annotated[str | None, typer.Option("--user", help="Owner (omit: every user's).")]
@@ -45,6 +47,8 @@ def _operator(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., Any
 
     @functools.wraps(fn)
     async def run(*args: Any, **kwargs: Any) -> None:
+        from ..memory.validation import shared_access
+
         with shared_access():
             await fn(*args, **kwargs)
 
@@ -84,6 +88,8 @@ def _table(memories: list[tuple[Memory, float | None]]) -> Table:
 
 async def memory_counts(repo: CheckpointRepository) -> tuple[int, int]:
     """(memories, expired ones waiting for a sweep) of a store at head."""
+    from sqlalchemy import case, func, select
+
     store = repo.store
     m = store.tables.memories
     expired = func.coalesce(func.sum(case((m.c.expires_at <= store.now(), 1), else_=0)), 0)
@@ -102,6 +108,8 @@ async def list_(
     limit: Annotated[int, typer.Option(help="At most this many.", min=0, max=10_000)] = 50,
 ) -> None:
     """List memories, most recently written first (expired ones never)."""
+    from ..memory.store import MemoryStore
+
     async with repository(url, schema, reads_only=True) as repo:
         store = MemoryStore(repo)
         found = await store.alist(
@@ -134,6 +142,8 @@ async def search(
 ) -> None:
     """Search memories by keyword (or, with --embedding, by meaning), best first,
     with their scores."""
+    from ..memory.store import MemoryStore
+
     chosen = None if embedding is None else _embedding(embedding, None, None)
     async with repository(url, schema, reads_only=True) as repo:
         store = MemoryStore(repo, embedding=chosen)
@@ -162,6 +172,8 @@ async def show(
     namespace: Annotated[str, typer.Option(help="Its labels joined with '.'.")] = "memories",
 ) -> None:
     """One memory: its content and metadata, and its retained versions."""
+    from ..memory.store import MemoryStore
+
     async with repository(url, schema, reads_only=True) as repo:
         store = MemoryStore(repo)
         versions = await store.ahistory(user, key, namespace=_labels(namespace))
@@ -193,6 +205,8 @@ async def sweep(
 ) -> None:
     """Delete the expired memories (never returned by any call) with their history,
     in batches; safe to run while the application runs, and on a schedule."""
+    from ..memory.store import MemoryStore
+
     async with repository(url, schema, reads_only=True) as repo:
         done = await MemoryStore(repo).asweep_expired(batch_size=batch_size)
     out.print(f"swept {done} expired memor{'y' if done == 1 else 'ies'}")
@@ -247,6 +261,8 @@ async def reembed(
     """Redo the memories' vectors with an embedding, in resumable batches (each
     written in its own transaction; stopped, it goes on where it stopped when run
     again). Safe to run while the application runs."""
+    from ..memory.store import MemoryStore
+
     chosen = _embedding(embedding, dims, model_id)
     async with repository(url, schema, reads_only=True) as repo:
         done = await MemoryStore(repo).areembed(chosen, batch_size=batch_size, missing=missing)
@@ -293,6 +309,7 @@ async def reindex(
     stored vectors of the embedding's model: nothing is embedded), deleting the
     points of memories gone; safe while the application runs."""
     from ..memory.qdrant import QdrantIndex
+    from ..memory.store import MemoryStore
 
     if (qdrant_path is None) == (qdrant_url is None):
         fail("give --qdrant-path (local mode) or --qdrant-url (a server), one of them")
@@ -316,6 +333,7 @@ async def enable_pgvector(url: Url = DEFAULT_URL, schema: Schema = None) -> None
     restart the application's processes afterwards (a process that started without
     the column writes without it until then; running this again fills those in)."""
     from ..backends.pgvector import aenable
+    from ..memory.store import MemoryStore
 
     async with repository(url, schema, reads_only=True) as repo:
         store = repo.store

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from .. import archive
-from ..backends import async_url
 from ..errors import SchemaNotReady
-from ..repository import CheckpointRepository
 from ..validate import masked_url
 from .common import (
     DEFAULT_URL,
@@ -33,6 +30,9 @@ from .common import (
     repository,
     with_repository,
 )
+
+if TYPE_CHECKING:  # the archive and the backends: imported by the command that runs
+    from ..repository import CheckpointRepository
 
 
 @command
@@ -61,6 +61,8 @@ async def export_(
     """Export threads (record, retained states, messages, tool ledger) and long-term
     memories (with their retained versions) as JSON Lines: named threads, a user's
     threads and memories (--user), or everything (--all)."""
+    from .. import archive
+
     if sum((bool(thread_ids), all_threads, user is not None)) != 1:
         fail("name threads to export, or pass --user USER, or --all")
     chosen = thread_ids or None
@@ -95,6 +97,8 @@ async def import_(
 ) -> None:
     """Import threads, all or nothing, then the file's memories, all or nothing;
     importing the same file twice changes nothing."""
+    from .. import archive
+
     allowed = allowed_types(allow_type)
     if not path.is_file():
         fail(f"no such file: {path}")
@@ -139,6 +143,9 @@ async def copy(
     """Copy every thread and every memory to another database, verifying each;
     resumable. With --redis-url, the destination's cache entries of every copied
     thread are fenced."""
+    from .. import archive
+    from ..backends import async_url
+
     allowed = allowed_types(allow_type)
     async_url(destination)  # a bad destination fails before the source is read
     if (source, source_schema) == (destination, destination_schema):

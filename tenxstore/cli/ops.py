@@ -13,18 +13,12 @@ it answers).
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from ..crypto import KeyRing
-from ..keyusage import aclear_sealed, amark_sealed
-from ..lifecycle import DEFAULT_BATCH_SIZE, DeleteResult, parse_duration
-from ..repository import CheckpointRepository
-from ..rotation import DEFAULT_ROTATION_BATCH, RotationResult, arotate_keys
-from ..stats import StoreStats
 from .common import (
     DEFAULT_URL,
     KeyPrefix,
@@ -40,7 +34,20 @@ from .common import (
     when,
 )
 
+if TYPE_CHECKING:  # the library's modules are imported by the command that runs
+    from .. import rotation
+    from ..crypto import KeyRing
+    from ..lifecycle import DeleteResult
+    from ..repository import CheckpointRepository
+    from ..rotation import RotationResult
+    from ..stats import StoreStats
+
 __all__ = ["delete_user", "mark_sealed", "prune", "register", "rotate_keys", "stats"]
+
+# Option defaults, which --help shows: the library's, copied here because their modules
+# import SQLAlchemy (tests/unit/test_cli_imports.py checks that they are the same).
+DEFAULT_BATCH_SIZE = 200  # tenxstore.lifecycle.DEFAULT_BATCH_SIZE
+DEFAULT_ROTATION_BATCH = 500  # tenxstore.rotation.DEFAULT_ROTATION_BATCH
 
 BatchSize = Annotated[
     int, typer.Option(help="Threads deleted per transaction (1 to 5000).", min=1, max=5000)
@@ -187,6 +194,8 @@ async def prune(
     no LangGraph checkpoint, no tool call), in batches; a thread used meanwhile is
     kept. Memories are left alone unless --include-memories. Asks first, unless
     --yes."""
+    from ..lifecycle import parse_duration
+
     older_than = parse_duration(idle_for)
     _may_ask(yes, dry_run, f"this deletes the threads idle for {idle_for}")
     async with (
@@ -200,10 +209,7 @@ async def prune(
             include_memories=include_memories,
         )
         if dry_run:
-            out.print(f"{planned.threads} thread(s) idle for {idle_for} would be deleted")
-            if include_memories:
-                out.print(f"{planned.memories} memor(ies) not written for {idle_for} too")
-            _planned(planned, "would delete")
+            _would_prune(planned, idle_for, include_memories)
             return
         memories = f" and {planned.memories} memor(ies)" if include_memories else ""
         _confirm(yes, f"delete {planned.threads} thread(s){memories} idle for {idle_for}?")
@@ -218,6 +224,14 @@ async def prune(
     out.print(_counts(done, f"pruned threads idle for {idle_for} ({done.batches} batch(es))"))
     if done.skipped:
         out.print(f"{done.skipped} thread(s) were used while the prune ran and were kept")
+
+
+def _would_prune(planned: DeleteResult, idle_for: str, include_memories: bool) -> None:
+    """What a dry run of prune found."""
+    out.print(f"{planned.threads} thread(s) idle for {idle_for} would be deleted")
+    if include_memories:
+        out.print(f"{planned.memories} memor(ies) not written for {idle_for} too")
+    _planned(planned, "would delete")
 
 
 def _size(value: int | None) -> str:
@@ -329,6 +343,19 @@ async def rotate_keys(
     _print_rotation(result, keys, sealing)
 
 
+async def arotate_keys(
+    repo: CheckpointRepository,
+    *,
+    batch_size: int,
+    progress: rotation.Progress,
+    counted: rotation.Counted,
+) -> RotationResult:
+    """:func:`tenxstore.rotation.arotate_keys`, imported when a rotation runs."""
+    from ..rotation import arotate_keys as rotate
+
+    return await rotate(repo, batch_size=batch_size, progress=progress, counted=counted)
+
+
 async def _rotate_with_bar(
     repo: CheckpointRepository, sealing: str, batch_size: int
 ) -> RotationResult:
@@ -402,6 +429,8 @@ async def mark_sealed(
     and `tenxstore doctor` without keys fails. Writes with a key ring, and
     rotate-keys, mark it by themselves; this says so before they have. Needs no
     key."""
+    from ..keyusage import aclear_sealed, amark_sealed
+
     async with repository(url, schema, reads_only=True) as repo:
         if clear:
             await aclear_sealed(repo)

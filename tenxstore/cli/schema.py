@@ -4,15 +4,11 @@ store's health."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.text import Text
 
-from .. import migrate
-from ..crypto import KeyRing
-from ..keyusage import MAX_NAMED, KeyUsage, akey_usage
-from ..repository import CheckpointRepository
 from .common import (
     DEFAULT_URL,
     KeyPrefix,
@@ -29,10 +25,17 @@ from .common import (
 )
 from .memories import memory_counts, pgvector_line
 
+if TYPE_CHECKING:  # the rest is imported by the command that runs (not by --help)
+    from ..crypto import KeyRing
+    from ..keyusage import KeyUsage
+    from ..repository import CheckpointRepository
+
 
 @command
 async def upgrade(url: Url = DEFAULT_URL, schema: Schema = None) -> None:
     """Migrate the database to the newest schema (creating it when absent)."""
+    from .. import migrate
+
     await with_repository(url, schema, lambda repo: repo.asetup(), reads_only=False)
     out.print(Text.assemble(("at head", "green"), f" ({migrate.head_revision()})"))
 
@@ -50,6 +53,8 @@ async def downgrade(
         fail(f"downgrading to {revision} drops tables and columns with their data: add --yes")
 
     async def run(repo: CheckpointRepository) -> None:
+        from .. import migrate
+
         await migrate.downgrade(repo.backend, schema=schema, revision=revision)
 
     await with_repository(url, schema, run)
@@ -59,6 +64,8 @@ async def downgrade(
 @command
 async def current(url: Url = DEFAULT_URL, schema: Schema = None) -> None:
     """Show the database's schema revision and the newest one; exit 1 when behind."""
+    from .. import migrate
+
     revision = await with_repository(
         url, schema, lambda repo: migrate.current_revision(repo.engine, schema)
     )
@@ -79,6 +86,8 @@ async def doctor(
 ) -> None:
     """Check the database, its schema, what its values are sealed under (against
     TENXSTORE_KEYS) and the Redis cache; exit 1 if something is wrong."""
+    from ..keyusage import akey_usage
+
     async with (
         repository(url, schema, reads_only=True) as repo,
         cached(repo, redis_url, key_prefix) as cp,
@@ -186,6 +195,8 @@ def _encryption_problems(
 ) -> list[str]:
     """The problems of what the values are sealed under (``clear``: the plaintext by
     table, in words; ``marked``: when the store was marked as holding sealed values)."""
+    from ..keyusage import MAX_NAMED
+
     problems = []
     late = usage.plaintext_since_sealed
     if late:

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Column, Table
 
-from .. import views
 from ..extras import install_hint
-from ..repository import CheckpointRepository
-from ..serde import encode
 from ..types import StateSnapshot
 from .common import (
     DEFAULT_URL,
@@ -27,6 +24,12 @@ from .common import (
     when,
     with_repository,
 )
+
+if TYPE_CHECKING:  # views and serde are imported by the command that runs (not by --help)
+    from ..repository import CheckpointRepository
+    from ..views import CheckpointView
+
+    _Graph = list[tuple[CheckpointView, dict[str, Any]]]  # checkpoints, with their values
 
 
 @command
@@ -62,14 +65,13 @@ async def threads(
 _NEEDS_LANGGRAPH = f"{install_hint('langgraph')} to read them"
 
 
-_Graph = list[tuple[views.CheckpointView, dict[str, Any]]]  # checkpoints, with their values
-
-
 async def _checkpoints(
     repo: CheckpointRepository, thread: str, user: str | None, **narrow: Any
 ) -> _Graph | None:
     """The thread's LangGraph checkpoints (newest first), or None without the
     ``langgraph`` extra; [] when LangGraph never wrote it (no query then)."""
+    from .. import views
+
     if not await repo.langgraph.counts([thread]):
         return []
     try:
@@ -86,9 +88,12 @@ def _written(ts: str | None) -> str:
         return ts or ""
 
 
-def _print_checkpoint(view: views.CheckpointView, values: dict[str, Any]) -> None:
+def _print_checkpoint(view: CheckpointView, values: dict[str, Any]) -> None:
     """A checkpoint's conversation channels one message a line, then the other channels
     and the metadata as JSON."""
+    from .. import views
+    from ..serde import encode
+
     conversations = {ch: v for ch, v in values.items() if views.is_conversation(v)}
     for channel, messages in conversations.items():
         out.print(f"messages (channel {channel!r}):")
@@ -108,6 +113,7 @@ async def show(
 ) -> None:
     """The latest state of a thread (and its latest LangGraph checkpoint), its version,
     message count and tool calls."""
+    from ..serde import encode
 
     async def read(repo: CheckpointRepository) -> Any:
         config = thread_config(thread, user)
@@ -188,6 +194,8 @@ async def history(
 
 def _print_version(snapshots: list[StateSnapshot], thread: str, version: int) -> None:
     """One retained version's state as JSON (``history --version N``)."""
+    from ..serde import encode
+
     match = [s for s in snapshots if s.version == version]
     if not match:
         retained = f"{snapshots[-1].version}..{snapshots[0].version}" if snapshots else "none"
@@ -197,6 +205,8 @@ def _print_version(snapshots: list[StateSnapshot], thread: str, version: int) ->
 
 def _print_one_checkpoint(graph: _Graph | None, thread: str, checkpoint: str) -> None:
     """One LangGraph checkpoint with its values and pending writes (``--checkpoint``)."""
+    from ..serde import encode
+
     chosen = [(v, values) for v, values in graph or () if v.checkpoint_id == checkpoint]
     if not chosen:
         fail(f"thread {thread!r} has no LangGraph checkpoint {checkpoint!r}")
@@ -213,6 +223,8 @@ def _print_one_checkpoint(graph: _Graph | None, thread: str, checkpoint: str) ->
 
 def _print_history(snapshots: list[StateSnapshot], graph: _Graph | None) -> None:
     """The retained versions, then the LangGraph checkpoints, newest first."""
+    from ..serde import encode
+
     if snapshots:
         table = Table("version", "created", "bytes", title="states (core API)" if graph else None)
         for s in snapshots:
