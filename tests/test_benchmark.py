@@ -129,6 +129,16 @@ def test_round_trips_smoke() -> None:
 
 
 @pytest.mark.slow
+def test_cold_start_smoke() -> None:
+    """Every program once in a fresh process, and the tables (printed, not written)."""
+    services.require_modules("bench", PG_SAVER, SQLITE_SAVER)
+    printed = run_benchmark("cold_start.py", "--runs", "1", "--out", "-")
+    rows = [line for line in printed.splitlines() if line.startswith("| ")]
+    assert any(line.startswith("| PostgreSQL | tenx-langgraph |") for line in rows)
+    assert any(line.startswith("| `tenxstore --help`, seconds |") for line in rows)
+
+
+@pytest.mark.slow
 def test_langgraph_held_smoke() -> None:
     """A read that stops at the values held, against one that fetches every chain."""
     services.require_modules("bench", PG_SAVER)  # langgraph_chat.py, which it imports
