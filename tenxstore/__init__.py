@@ -9,7 +9,7 @@ cache, the memory store and LangGraph when it uses them, Alembic when it migrate
 from __future__ import annotations
 
 import logging as _logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .errors import (
     CacheUnreachable,
@@ -152,23 +152,21 @@ __all__ = [
     "transaction_pooling_args",
 ]
 
-_lazy_getattr, __dir__ = lazy_names(__name__, _ROOMS, globals())
 
-
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module when first asked for; ``__version__``
-    read from the installed distribution's metadata when first asked for."""
-    if name != "__version__":
-        return _lazy_getattr(name)
+def _version() -> str:
+    """The installed distribution's version (read when first asked for)."""
     from importlib import metadata
 
     try:
-        version = metadata.version("tenxstore")
+        return metadata.version("tenxstore")
     except metadata.PackageNotFoundError:  # pragma: no cover - a checkout never installed
-        version = "0+unknown"
-    globals()[name] = version
-    return version
+        return "0+unknown"
 
+
+if TYPE_CHECKING:
+    __version__: str
+else:
+    __getattr__, __dir__ = lazy_names(__name__, _ROOMS, globals(), {"__version__": _version})
 
 # A library never configures logging: its records go wherever the application sends
 # them, and nowhere ("No handlers could be found") when it sends them nowhere.

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .langgraph.values import AllowedTypes
 from .lifecycle import DEFAULT_BATCH_SIZE, DEFAULT_SAMPLE, BatchHook, DeleteResult, ProgressHook
+from .stats import StoreStats
 from .types import (
     Commit,
     Health,
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     # named for the types of three properties only: the protocol imports no implementation
     from .crypto import KeyRing
     from .langgraph.tables import LangGraphTables
-    from .stats import StoreStats
     from .store import Store
 
 __all__ = ["Checkpointer"]

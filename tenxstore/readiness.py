@@ -58,6 +58,8 @@ async def _setup_on(store: Store, private: AsyncEngine) -> None:
         except (DBAPIError, OSError, asyncio.TimeoutError) as exc:
             raise backend.opening_failed(exc) from exc
         try:
+            if await store.at_head(connection):  # one statement: nothing to migrate
+                return
             await backend.begin_write(connection)
             await migrate_on(store, connection)
         finally:

@@ -136,13 +136,18 @@ class Store:
         self.store_id = None
         self._writable = False
 
-    async def at_head(self) -> bool:
+    async def at_head(self, conn: AsyncConnection | None = None) -> bool:
         """Whether the schema is plainly at head, read in ONE statement (the facts of
-        :mod:`tenxstore.backends.schema_facts`), and if so the store is ready: its
-        id and sealed marker taken from that same row. False: the slow way says why
-        (:meth:`ensure_ready`) or a migration is due (``asetup``)."""
-        async with self.backend.connect() as conn:
-            facts = await read_facts(self.backend, conn, self.tables, self.schema)
+        :mod:`tenxstore.backends.schema_facts`) on ``conn`` (None: one of the
+        backend's), and if so the store is ready: its id and sealed marker taken from
+        that same row. False: the slow way says why (:meth:`ensure_ready`) or a
+        migration is due (``asetup``)."""
+        if conn is None:
+            async with self.backend.connect() as own:
+                return await self.at_head(own)
+        facts = await read_facts(self.backend, conn, self.tables, self.schema)
+        if conn.in_transaction():  # the read's: a migration on conn begins its own
+            await conn.rollback()
         if facts is None or not facts.at(migrate.HEAD, self._id_kinds()):
             return False
         self._adopt(facts)

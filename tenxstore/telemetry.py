@@ -137,14 +137,20 @@ def _choose_check() -> Callable[[], bool]:
     return _provider_set if any(name in os.environ for name in named) else _globals_set
 
 
-def _bind() -> None:
-    """Import the OpenTelemetry API the calls use."""
-    global _metrics, _trace, _ProxyTracerProvider, _Status, _StatusCode
-    from opentelemetry import metrics, trace
-    from opentelemetry.trace import ProxyTracerProvider, Status, StatusCode
-
+def _bind() -> Callable[[], bool]:
+    """Import the OpenTelemetry API the calls use; the check of a provider (one that
+    is always False when the API is not there: an ``opentelemetry`` namespace without
+    ``opentelemetry-api`` records nothing, as before)."""
+    global _API, _metrics, _trace, _ProxyTracerProvider, _Status, _StatusCode
+    try:
+        from opentelemetry import metrics, trace
+        from opentelemetry.trace import ProxyTracerProvider, Status, StatusCode
+    except ImportError:
+        _API = False
+        return lambda: False
     _metrics, _trace = metrics, trace
     _ProxyTracerProvider, _Status, _StatusCode = ProxyTracerProvider, Status, StatusCode
+    return _choose_check()
 
 
 def _unbound() -> bool:
@@ -154,8 +160,7 @@ def _unbound() -> bool:
     global _check
     if "opentelemetry.trace" not in sys.modules and "opentelemetry.metrics" not in sys.modules:
         return False
-    _bind()
-    _check = _choose_check()
+    _check = _bind()
     return _check()
 
 
@@ -166,8 +171,7 @@ _metrics_globals: Any = None
 if _API and any(
     name in os.environ for name in ("OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER")
 ):
-    _bind()
-    _check = _choose_check()
+    _check = _bind()
 else:
     _check = _unbound
 

@@ -45,7 +45,10 @@ __all__ = [
 
 # The modes' modules are imported when a URL names their database: a program on SQLite
 # never loads the PostgreSQL or MySQL machinery.
-__getattr__, __dir__ = lazy_names(__name__, {"transaction_pooling_args": "pgbouncer"}, globals())
+if not TYPE_CHECKING:  # mypy reads the names above
+    __getattr__, __dir__ = lazy_names(
+        __name__, {"transaction_pooling_args": "pgbouncer"}, globals()
+    )
 
 PoolMode = Literal["session", "transaction"]
 POOL_MODES: tuple[PoolMode, ...] = ("session", "transaction")

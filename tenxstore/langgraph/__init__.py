@@ -81,4 +81,5 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = lazy_names(__name__, _ROOMS, globals())
+if not TYPE_CHECKING:  # mypy reads the names above
+    __getattr__, __dir__ = lazy_names(__name__, _ROOMS, globals())

@@ -73,3 +73,26 @@ def test_head_is_the_newest_migration_script() -> None:
     """The first call compares the schema with migrate.HEAD, without Alembic: it must
     be the scripts' head (a new migration moves both)."""
     assert migrate._scripts().get_current_head() == migrate.HEAD
+
+
+def test_a_submodule_is_an_attribute_after_a_bare_import() -> None:
+    """``tenxstore.telemetry.configure(...)`` at startup, as the docs write it: a
+    submodule is imported when first named, as the eager package made it an attribute."""
+    code = (
+        "import tenxstore\n"
+        "tenxstore.telemetry.configure(record_ids=False)\n"
+        "assert tenxstore.migrate.HEAD and tenxstore.backends.open_backend\n"
+        "assert tenxstore.langgraph.__name__ == 'tenxstore.langgraph'\n"
+        "assert not hasattr(tenxstore, 'cli') and not hasattr(tenxstore, 'no_such_room')"
+    )
+    assert loaded_after(code, ("typer",)) == []  # the console script is not an attribute
+
+
+def test_public_annotations_still_resolve() -> None:
+    """Tools that evaluate hints (pydantic, sphinx) see every name the API names."""
+    import typing
+
+    import tenxstore
+
+    for cls in (tenxstore.Checkpointer, tenxstore.CheckpointRepository):
+        typing.get_type_hints(cls.astats)
