@@ -195,6 +195,18 @@ def programs(folder: Path) -> list[Program]:
         Program("import", name, source + "\nT1 = _t.perf_counter()\n")
         for name, source in IMPORTS.items()
     ]
+    # What a PostgreSQL program has loaded once its repository exists (asyncpg and the
+    # dialect come with the URL): the same work as the floor's import, no I/O yet.
+    made.insert(
+        3,
+        Program(
+            "import",
+            "tenx, opened",
+            "from tenxstore import CheckpointRepository\n"
+            "CheckpointRepository(URL, schema=SCHEMA)\nT1 = _t.perf_counter()\n",
+            {"URL": PG_URL, "SCHEMA": SCHEMA},
+        ),
+    )
     made += [
         Program("PostgreSQL", "floor", FLOOR_PG, {"URL": PG_URL, "SCHEMA": SCHEMA}),
         Program(
@@ -272,6 +284,7 @@ AGAINST = {
     "import": {
         "import tenxstore": "floor",
         "tenx": "floor",
+        "tenx, opened": "floor",
         "tenx-langgraph": "langgraph-pg",
     },
     "PostgreSQL": {"tenx-langgraph": "langgraph", "tenx": "langgraph"},
@@ -285,6 +298,12 @@ TARGETS = [
     (
         "a program's import (`CheckpointRepository`) / floor import",
         ("import", "tenx"),
+        ("import", "floor"),
+        1.2,
+    ),
+    (
+        "a PostgreSQL program's import and repository (asyncpg loaded) / floor import",
+        ("import", "tenx, opened"),
         ("import", "floor"),
         1.2,
     ),
@@ -364,6 +383,22 @@ def report(made: list[Program], runs: int) -> str:
         "time is spawn to exit (the interpreter's own start included), the CPU time the "
         "child's; import and first call as the child timed them. The first call is a "
         "read and a write on a thread of its own, on a database already at head.\n\n"
+        "Rows: `floor` is the raw driver (asyncpg / aiosqlite: connect, read the "
+        "thread's newest row, insert one); `langgraph` LangGraph's `AsyncPostgresSaver` / "
+        "`AsyncSqliteSaver` (`aget_tuple` + `aput`); `tenx-langgraph` "
+        "`TenxCheckpointSaver` on a `CheckpointRepository` doing the same; `tenx` the "
+        "repository alone (`aget_state` + `aput_checkpoint`). In the import group, "
+        "`floor` is `import sqlalchemy.ext.asyncio, asyncpg`, `tenx` a program's "
+        "`from tenxstore import CheckpointRepository`, and `tenx, opened` that and "
+        "`CheckpointRepository(url)` on PostgreSQL (no I/O: asyncpg and the dialect "
+        "loaded, as the floor loads asyncpg).\n\n"
+        "Where the time goes: the import floor of a store on SQLAlchemy (SQLAlchemy and "
+        "asyncpg) is itself about LangGraph's PostgreSQL saver's whole import (psycopg "
+        "and LangGraph's base), and a LangGraph program imports both SQLAlchemy and "
+        "LangGraph's base (LangChain's core); tenxstore's own share is the `tenx` import "
+        "row's excess over the floor and its first call: SQLAlchemy's set-up of its "
+        "first connection (the dialect reads the server's settings), the statements the "
+        "call compiles, and a new thread's first write, which takes the locked path.\n\n"
         + "\n".join(lines)
         + "\n\nTargets (ratios of the medians of process wall time):\n\n"
         + "\n".join(targets(by_name))
