@@ -76,8 +76,7 @@ __all__ = ["MysqlBackend", "lock_wait_seconds", "mysql_code", "statement_size"]
 ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
 ER_NET_PACKET_TOO_LARGE = 1153
-#: A statement the server interrupted with the connection kept: KILL QUERY (1317),
-#: MariaDB's max_statement_time (1969), MySQL 8's max_execution_time (3024).
+# The catalog's columns: the id columns' declared types for the schema check.
 _COLUMNS = catalog_table(
     "COLUMNS",
     column("TABLE_SCHEMA"),
@@ -86,6 +85,8 @@ _COLUMNS = catalog_table(
     column("DATA_TYPE"),
     schema="information_schema",
 )
+#: A statement the server interrupted with the connection kept: KILL QUERY (1317),
+#: MariaDB's max_statement_time (1969), MySQL 8's max_execution_time (3024).
 _CANCELLED = (1317, 1969, 3024)
 _GONE = (2006, 4031)  # CR_SERVER_GONE_ERROR; ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8)
 #: innodb_lock_wait_timeout's largest value (MySQL 8 and MariaDB): "no bound".

@@ -410,8 +410,8 @@ class PostgresBackend(Backend):
     def identity_text(self, values: Sequence[Any]) -> str:
         return catalog.identity_text(values)
 
-    def declared_type(self, table: Table, name: str, schema: str | None) -> ColumnElement[Any]:
-        return catalog.declared_type(table, name, schema)
+    def declared_type(self, of: Table, name: str, schema: str | None) -> ColumnElement[Any]:
+        return catalog.declared_type(of, name, schema)
 
     async def footprint(
         self, conn: AsyncConnection, schema: str | None, tables: Sequence[Table], exact: bool
