@@ -36,7 +36,7 @@ async def migrate_on(store: Store, connection: AsyncConnection) -> None:
 
 async def setup(store: Store) -> None:
     """Migrate the store's schema to head on connections of its backend. A schema at
-    head already (every start of an application asks) costs one round trip, and the
+    head already (every start of an application asks) costs one statement, and the
     store is then ready for its first call."""
     if await store.at_head():
         return

@@ -156,7 +156,7 @@ class Store:
     async def ensure_ready(self) -> str:
         """Check once, at first use, that the schema is at head, and read whether the
         store holds sealed values (:attr:`sealed_since`); the store id. A schema at
-        head costs one round trip; any other is examined through Alembic, which says
+        head costs one statement; any other is examined through Alembic, which says
         what is wrong.
 
         Raises:
@@ -166,10 +166,10 @@ class Store:
         if self.store_id is not None:
             return self.store_id
         async with self.backend.connect() as conn:
-            facts = await read_facts(self.backend, conn, self.tables, self.schema)
-            if facts is None or not facts.at(migrate.HEAD, self._id_kinds()):
-                facts = await self._examined(conn)
-        return self._adopt(facts)
+            if not await self.at_head(conn):
+                self._adopt(await self._examined(conn))
+        assert self.store_id is not None
+        return self.store_id
 
     def _id_kinds(self) -> tuple[IdType, IdType]:
         return (self.settings.id_type, self.settings.user_id_type)
@@ -184,7 +184,7 @@ class Store:
         marked = await conn.execute(select(self.tables.store.c.sealed_since))
         return SchemaFacts(1, revision, found, marked.scalar(), kinds, identity)
 
-    def _adopt(self, facts: SchemaFacts) -> str:
+    def _adopt(self, facts: SchemaFacts) -> None:
         """Take a schema at head's facts: the store id (with the database's identity:
         a copy of the database is another store, see ``Backend.identity_columns``)
         and its sealed marker."""
@@ -195,7 +195,6 @@ class Store:
         self.sealed_since = _utc(facts.sealed_since)
         self._writable = False
         self.store_id = found
-        return found
 
     # -- the sealed marker ---------------------------------------------------------
 

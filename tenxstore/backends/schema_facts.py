@@ -87,7 +87,7 @@ def facts_statement(backend: Backend, tables: Tables, schema: str | None) -> Sel
 async def read_facts(
     backend: Backend, conn: AsyncConnection, tables: Tables, schema: str | None
 ) -> SchemaFacts | None:
-    """The facts of the schema, in one round trip; None when they cannot be read so
+    """The facts of the schema, in one statement; None when they cannot be read so
     (a table is missing, the store's row is): the caller then looks the slow way.
     The connection's transaction is rolled back after a failed read."""
     try:

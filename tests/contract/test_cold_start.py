@@ -6,36 +6,30 @@ it uses (checked through ``sys.modules``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-import subprocess
-import sys
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
+from sqlalchemy import make_url
 
 import tenxstore
 from tenxstore import migrate
 from tenxstore.backends import schema_facts
+from tests import services
 from tests.conftest import SQL_BACKENDS, Backend, backend_for, cfg
+from tests.contract.test_connections import waiting_writer
+from tests.procs import loaded_packages
+from tests.unit.test_cold_imports import UNASKED
 
 # The revision before head: a schema a release behind.
 BEHIND = "0012_memory_vectors_written"
-# What any program that opens a store and writes must not load unless it asked for it.
-UNASKED = (
-    "alembic",
-    "redis",
-    "langgraph",
-    "langchain_core",
-    "typer",
-    "rich",
-    "cryptography",
-    "numpy",
-    "opentelemetry",
-)
 # What a driver itself imports, by backend: asyncmy loads cryptography (its auth).
 OWN = {"mariadb": ("cryptography",)}
 # The other databases' drivers, by backend.
@@ -86,10 +80,43 @@ async def test_asetup_on_a_schema_at_head_is_one_statement(sql_backend: Backend)
     cp = repository(sql_backend)
     with statements(cp) as seen:
         await cp.asetup()
+    assert len(seen) == 1 and is_schema_check(seen[0]), seen
+    with statements(cp) as seen:  # the first call after it checks nothing again
         await cp.aput_checkpoint(cfg("cold"), {"n": 1}, [])
         assert await cp.aget_state(cfg("cold")) == {"n": 1}
-    assert is_schema_check(seen[0]), seen
-    assert not any(is_schema_check(s) for s in seen[1:]), seen  # the first call's too
+    assert seen and not any(is_schema_check(s) for s in seen), seen
+
+
+async def test_a_first_call_cancelled_while_its_check_waits_checks_again(
+    tmp_path: Path,
+) -> None:
+    """Cancelled mid-check (the store's row locked by another session), the call
+    leaves no half-known store: the next call checks again, and is served."""
+    async with backend_for("postgresql", tmp_path) as backend:
+        await backend.make()
+        assert backend.url is not None and backend.schema is not None
+        name = f"cold-{uuid.uuid4().hex[:8]}"
+        url = make_url(backend.url).update_query_dict({"application_name": name})
+        cp = tenxstore.CheckpointRepository(url, schema=backend.schema)
+        backend.made.append(cp)
+        admin = await asyncpg.connect(services.pg_url())  # holds the lock
+        watcher = await asyncpg.connect(services.pg_url())  # sees it wait (no snapshot held)
+        try:
+            async with admin.transaction():
+                await admin.execute(
+                    f'LOCK TABLE "{backend.schema}".tenxstore_store IN ACCESS EXCLUSIVE MODE'
+                )
+                first = asyncio.create_task(cp.aget_state(cfg("cold")))
+                await waiting_writer(watcher, name)  # its check waits on the lock
+                first.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await first
+            assert cp.store.store_id is None
+            assert await cp.aget_state(cfg("cold")) is None
+            assert cp.store.store_id is not None
+        finally:
+            await admin.close()
+            await watcher.close()
 
 
 async def test_the_fast_check_and_the_slow_one_name_the_same_store(
@@ -184,24 +211,11 @@ asyncio.run(main(*json.loads(sys.argv[1])))
 
 def loaded_by(program: str, backend: Backend, packages: tuple[str, ...]) -> list[str]:
     """The packages among ``packages`` a fresh interpreter loaded to run ``program``
-    on the backend's database (which must succeed)."""
-    probe = (
-        f"{program}\nimport sys\n"
-        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(packages)!r})))"
-    )
+    on the backend's database (which must succeed), with no key ring and no
+    OpenTelemetry provider in its environment."""
     args = json.dumps([backend.url, backend.schema, backend.options])
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TENXSTORE_KEYS", "OTEL_"))}
-    done = subprocess.run(
-        [sys.executable, "-c", probe, args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
-    found: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
-    return found
+    return loaded_packages(program, packages, args, env=env)
 
 
 @pytest.mark.parametrize("name", SQL_BACKENDS)

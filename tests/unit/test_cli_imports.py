@@ -8,9 +8,9 @@ modules import SQLAlchemy); each is checked here against the library's."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.procs import python_output
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,16 +65,8 @@ for name in sorted(sys.modules):
 def test_help_imports_nothing_heavy() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
     heavy = f"HEAVY_PACKAGES = {HEAVY_PACKAGES!r}\nHEAVY_MODULES = {HEAVY_MODULES!r}"
-    done = subprocess.run(
-        [sys.executable, "-c", f"{heavy}\n{HELP_OF_EVERY_COMMAND}"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == [], "imported by --help: " + ", ".join(done.stdout.split())
+    printed = python_output(f"{heavy}\n{HELP_OF_EVERY_COMMAND}", env=env).split()
+    assert printed == [], "imported by --help: " + ", ".join(printed)
 
 
 def test_the_option_defaults_are_the_librarys() -> None:

@@ -5,15 +5,12 @@ revision without Alembic. The processes that open a store are in
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 from tenxstore import migrate
+from tests.procs import loaded_packages
 
-# What a program that only imports tenxstore must not load: each is the price of a
-# feature it has not asked for yet.
-NEVER_AT_IMPORT = (
+# What any program must not load unless it asked for it: each is the price of a
+# feature it has not used (the contract suite's processes that write check it too).
+UNASKED = (
     "alembic",
     "redis",
     "langgraph",
@@ -23,36 +20,19 @@ NEVER_AT_IMPORT = (
     "cryptography",
     "numpy",
     "opentelemetry",
-    "sqlalchemy",
-    "asyncpg",
-    "aiosqlite",
-    "asyncmy",
 )
-
-
-def loaded_after(code: str, packages: tuple[str, ...]) -> list[str]:
-    """The packages among ``packages`` that a fresh interpreter has loaded after
-    running ``code``."""
-    probe = (
-        f"{code}\nimport json, sys\n"
-        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(packages)!r})))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    found: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
-    return found
+# What ``import tenxstore`` alone must not load: no database either.
+NEVER_AT_IMPORT = (*UNASKED, "sqlalchemy", "asyncpg", "aiosqlite", "asyncmy")
 
 
 def test_import_tenxstore_loads_no_database_driver_cache_or_framework() -> None:
-    assert loaded_after("import tenxstore", NEVER_AT_IMPORT) == []
+    assert loaded_packages("import tenxstore", NEVER_AT_IMPORT) == []
 
 
 def test_the_check_sees_what_it_looks_for() -> None:
     """The probe reports a package the code did load (a check that finds nothing
     proves nothing)."""
-    assert loaded_after("import tenxstore, sqlalchemy, json", ("sqlalchemy", "json")) == [
+    assert loaded_packages("import tenxstore, sqlalchemy, json", ("sqlalchemy", "json")) == [
         "json",
         "sqlalchemy",
     ]
@@ -85,7 +65,7 @@ def test_a_submodule_is_an_attribute_after_a_bare_import() -> None:
         "assert tenxstore.langgraph.__name__ == 'tenxstore.langgraph'\n"
         "assert not hasattr(tenxstore, 'cli') and not hasattr(tenxstore, 'no_such_room')"
     )
-    assert loaded_after(code, ("typer",)) == []  # the console script is not an attribute
+    assert loaded_packages(code, ("typer",)) == []  # the console script is not an attribute
 
 
 def test_public_annotations_still_resolve() -> None:
